@@ -184,3 +184,46 @@ def test_instance_and_batch_stats_match_torch_var_mean():
     torch.testing.assert_close(instance_stats(x), (mean, var))
     var, mean = torch.var_mean(x, dim=(0, 2, 3), correction=0)
     torch.testing.assert_close(batch_stats(x), (mean, var))
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1.0, 10.0, 30.0])
+def test_one_pass_float32_instance_variance_stays_accurate(ratio):
+    """E[x^2] - mean^2 in float32: error relative to var ~ 1e-7 * (1 + (mean/std)^2)."""
+    from dyntta.norm import instance_stats
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 16, 32, 32, generator=g, dtype=torch.float64)
+    x = x * torch.rand(8, 16, 1, 1, generator=g, dtype=torch.float64).add(0.5)
+    x = x + ratio * torch.randn(8, 16, 1, 1, generator=g, dtype=torch.float64).sign()
+    exact_var, exact_mean = torch.var_mean(x, dim=(2, 3), correction=1)
+    mean, var = instance_stats(x.float())
+    assert ((var.double() - exact_var).abs() / exact_var).max() < 2e-6 * (1 + 4 * ratio**2)
+    torch.testing.assert_close(mean.double(), exact_mean, rtol=0, atol=1e-6 * (1 + ratio))
+
+
+def test_constant_channels_get_no_negative_and_only_rounding_sized_variance():
+    """The one-pass variance's absolute error is ~ float32 eps * mean^2; it never goes below 0."""
+    from dyntta.norm import instance_stats
+
+    x = torch.full((4, 3, 7, 7), 0.1) + torch.arange(4.0).view(4, 1, 1, 1) * 1e3
+    mean, var = instance_stats(x)
+    assert (var >= 0).all()
+    assert (var <= 4 * torch.finfo(torch.float32).eps * mean.square()).all()
+    torch.testing.assert_close(mean, x[:, :, 0, 0])
+
+
+def test_cluster_statistics_depend_only_on_which_labels_are_equal():
+    from dyntta.norm import cluster_stats
+
+    g = torch.Generator().manual_seed(0)
+    mean, var = torch.randn(9, 4, generator=g), torch.rand(9, 4, generator=g)
+    labels = torch.tensor([0, 1, 0, 2, 1, 1, 0, 2, 3])
+    expected = cluster_stats(mean, var, labels)
+    relabelled = torch.tensor([35, 21, 35, 7, 21, 21, 35, 7, 56])  # same partition
+    torch.testing.assert_close(cluster_stats(mean, var, relabelled), expected)
+    for k in labels.unique():
+        members = labels == k
+        mu_k = mean[members].mean(0)
+        var_k = var[members].mean(0) + (mean[members] - mu_k).square().mean(0)
+        torch.testing.assert_close(expected[0][members], mu_k.expand(int(members.sum()), 4))
+        torch.testing.assert_close(expected[1][members], var_k.expand(int(members.sum()), 4))

