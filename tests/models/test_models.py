@@ -16,6 +16,7 @@ from dyntta.models import (
     load_checkpoint,
     save_checkpoint,
 )
+from dyntta.models.checkpoint import from_torchvision_names
 
 
 def count(model, kind):
@@ -42,6 +43,47 @@ def test_resnet26_is_ttab_layout_and_resnet50_is_bottleneck():
     assert count(r50, nn.BatchNorm2d) == 1 + 16 * 3 + 4
     assert not any(isinstance(m, nn.MaxPool2d) for m in r50.modules())
     assert r50(torch.rand(2, 3, 32, 32)).shape == (2, 100)
+
+
+@pytest.mark.parametrize(
+    "arch, params",
+    [("resnet18-imagenet", 11_689_512), ("resnet34-imagenet", 21_797_672),
+     ("resnet50-imagenet", 25_557_032)],
+)
+def test_imagenet_resnets_have_torchvisions_parameter_counts(arch, params):
+    """torchvision's model docs: ResNet-18 11,689,512, -34 21,797,672, -50 25,557,032."""
+    model = build(arch, num_classes=1000)
+    assert sum(p.numel() for p in model.parameters()) == params
+    assert count(model, nn.MaxPool2d) == 1
+
+
+def torchvision_names(state: dict) -> dict:
+    """dyntta -> torchvision ResNet names, written out independently of the loader's table."""
+    out = {}
+    for key, value in state.items():
+        if key.startswith("linear."):
+            key = "fc." + key[len("linear."):]
+        key = key.replace("downsample.conv.", "downsample.0.")
+        key = key.replace("downsample.bn.", "downsample.1.")
+        out[key] = value
+    return out
+
+
+def test_torchvision_resnet_state_dict_loads_with_imagenet_normalisation(tmp_path):
+    net = build("resnet18-imagenet", num_classes=7).eval()
+    state = torchvision_names(net.state_dict())
+    assert {"fc.weight", "layer2.0.downsample.0.weight", "layer4.1.bn2.running_var"} <= set(state)
+    assert tuple(state["conv1.weight"].shape) == (64, 3, 7, 7)
+    torch.save(state, tmp_path / "resnet18.pth")
+    loaded = load_checkpoint(tmp_path / "resnet18.pth")
+    assert loaded.net.spec == ARCHITECTURES["resnet18-imagenet"]
+    x = torch.rand(2, 3, 64, 64)
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), net((x - mean) / std))
+    bottleneck = torchvision_names(build("resnet50-imagenet").state_dict())
+    assert infer_spec(from_torchvision_names(bottleneck)) == ARCHITECTURES["resnet50-imagenet"]
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHITECTURES))

@@ -6,7 +6,8 @@ Two formats are read:
   normalisation travel with the weights.
 - a bare state dict, or ``{"state_dict": ...}`` as in pytorch_resnet_cifar10 (keys may carry the
   ``module.`` prefix of ``nn.DataParallel``; ``num_batches_tracked`` may be absent). The
-  architecture is inferred from parameter names and shapes.
+  architecture is inferred from parameter names and shapes. torchvision's ResNet names (``fc``,
+  ``downsample.0`` / ``downsample.1``) are translated, so its ImageNet weights load as they are.
 """
 
 from __future__ import annotations
@@ -27,13 +28,33 @@ FORMAT = "dyntta-checkpoint/1"
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-"""pytorch_resnet_cifar10 (Idelbayev, 2018) normalises CIFAR inputs with these ImageNet
-statistics; they are the default for option-A CIFAR ResNets loaded from a bare state dict."""
+"""torchvision's ImageNet models and pytorch_resnet_cifar10 (Idelbayev, 2018) normalise inputs
+with these statistics; they are the default for bare state dicts of torchvision ResNets and of
+option-A CIFAR ResNets."""
+
+TORCHVISION_NAMES = ((r"^fc\.", "linear."), (r"\.downsample\.0\.", ".downsample.conv."),
+                     (r"\.downsample\.1\.", ".downsample.bn."))
+"""(torchvision pattern, dyntta name) for the parameter names that differ between the layouts."""
 
 
 def strip_prefix(state: dict[str, torch.Tensor], prefix: str = "module.") -> dict:
     """Drop ``prefix`` from every key that has it (``nn.DataParallel`` checkpoints)."""
     return {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state.items()}
+
+
+def is_torchvision_layout(state: dict[str, torch.Tensor]) -> bool:
+    """Whether ``state`` names its parameters as torchvision's ResNets do (classifier ``fc``)."""
+    return "fc.weight" in state and "linear.weight" not in state
+
+
+def from_torchvision_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Rename torchvision ResNet parameters (``fc``, ``downsample.0/1``) to dyntta's."""
+    renamed = {}
+    for key, value in state.items():
+        for pattern, ours in TORCHVISION_NAMES:
+            key = re.sub(pattern, ours, key)
+        renamed[key] = value
+    return renamed
 
 
 def infer_spec(state: dict[str, torch.Tensor]) -> ResNetSpec:
@@ -60,6 +81,7 @@ def infer_spec(state: dict[str, torch.Tensor]) -> ResNetSpec:
         shortcut="B" if any(".downsample." in k for k in state) else "A",
         stem=state["conv1.weight"].shape[0],
         head_bias="linear.bias" in state,
+        imagenet_stem=state["conv1.weight"].shape[-1] == 7,
     )
 
 
@@ -103,8 +125,8 @@ def load_checkpoint(
         path: a dyntta checkpoint or a (possibly ``{"state_dict": ...}``-wrapped) state dict.
         arch: a name from ``ARCHITECTURES`` to insist on; inferred from the state dict if None.
         mean, std: input normalisation; overrides the checkpoint's. Required for a bare state
-            dict unless the architecture is an option-A CIFAR ResNet (then ImageNet statistics,
-            as pytorch_resnet_cifar10 trains with).
+            dict unless it is a torchvision ResNet or an option-A CIFAR ResNet (then ImageNet
+            statistics, which both train with).
 
     Returns:
         A :class:`Normalized` model in eval mode.
@@ -123,6 +145,9 @@ def load_checkpoint(
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f"{path}: no state dict of tensors found")
     state = strip_prefix(state)
+    torchvision = is_torchvision_layout(state)
+    if torchvision:
+        state = from_torchvision_names(state)
     if arch is None:
         spec = infer_spec(state)
     elif arch in ARCHITECTURES:
@@ -136,7 +161,7 @@ def load_checkpoint(
     if mean is None or std is None:
         if own_format:
             mean, std = blob["mean"], blob["std"]
-        elif spec.shortcut == "A":
+        elif spec.shortcut == "A" or torchvision:
             mean, std = IMAGENET_MEAN, IMAGENET_STD
         else:
             raise ValueError(

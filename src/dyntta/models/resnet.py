@@ -1,4 +1,4 @@
-"""ResNets for small (32x32) images: the CIFAR family and its TTAB / bottleneck relatives.
+"""ResNets: the CIFAR family, its TTAB / bottleneck relatives, and torchvision's ImageNet layout.
 
 - ResNet-20/32/44/56 (He et al., 2016, Sec. 4.2): basic blocks, 16/32/64 channels, parameter-free
   "option A" shortcuts (stride-2 subsampling plus zero channels); parameter names as in the
@@ -8,6 +8,9 @@
   16/32/64 channels, 1x1-convolution + BN ("option B") shortcuts, bias-free classifier.
 - CIFAR ResNet-50: bottleneck blocks [3, 4, 6, 3], widths 64..512 (x4 expansion), a 3x3 stride-1
   stem and no max-pool.
+- ImageNet ResNet-18/34/50 in torchvision's layout (a 7x7 stride-2 stem and a 3x3 stride-2
+  max-pool, stride on the 3x3 convolution of a bottleneck), so that torchvision's ImageNet
+  weights load without torchvision (see :func:`dyntta.models.checkpoint.from_torchvision_names`).
 """
 
 from __future__ import annotations
@@ -96,6 +99,8 @@ class ResNetSpec:
     shortcut: Literal["A", "B"]
     stem: int
     head_bias: bool = True
+    imagenet_stem: bool = False
+    """7x7 stride-2 stem convolution and 3x3 stride-2 max-pool (ImageNet) instead of 3x3 stride 1."""
 
 
 ARCHITECTURES: dict[str, ResNetSpec] = {
@@ -105,18 +110,30 @@ ARCHITECTURES: dict[str, ResNetSpec] = {
     },
     "resnet26": ResNetSpec("basic", (4, 4, 4), (16, 32, 64), "B", 16, head_bias=False),
     "resnet50": ResNetSpec("bottleneck", (3, 4, 6, 3), (64, 128, 256, 512), "B", 64),
+    **{
+        f"resnet{depth}-imagenet": ResNetSpec(
+            block, blocks, (64, 128, 256, 512), "B", 64, imagenet_stem=True
+        )
+        for depth, block, blocks in (
+            (18, "basic", (2, 2, 2, 2)),
+            (34, "basic", (3, 4, 6, 3)),
+            (50, "bottleneck", (3, 4, 6, 3)),
+        )
+    },
 }
 
 
 class ResNet(nn.Module):
-    """A ResNet for small images built from a :class:`ResNetSpec`. Input: (B, 3, H, W)."""
+    """A ResNet built from a :class:`ResNetSpec`. Input: (B, 3, H, W)."""
 
     def __init__(self, spec: ResNetSpec, num_classes: int = 10) -> None:
         super().__init__()
         self.spec = spec
         block = BasicBlock if spec.block == "basic" else Bottleneck
-        self.conv1 = nn.Conv2d(3, spec.stem, 3, 1, 1, bias=False)
+        kernel, stride, padding = (7, 2, 3) if spec.imagenet_stem else (3, 1, 1)
+        self.conv1 = nn.Conv2d(3, spec.stem, kernel, stride, padding, bias=False)
         self.bn1 = nn.BatchNorm2d(spec.stem)
+        self.pool = nn.MaxPool2d(3, 2, 1) if spec.imagenet_stem else nn.Identity()
         in_planes = spec.stem
         for stage, (n, width) in enumerate(zip(spec.blocks, spec.widths)):
             layers = []
@@ -132,7 +149,7 @@ class ResNet(nn.Module):
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Pooled penultimate features (B, D)."""
-        x = F.relu(self.bn1(self.conv1(x)))
+        x = self.pool(F.relu(self.bn1(self.conv1(x))))
         for stage in range(len(self.spec.blocks)):
             x = getattr(self, f"layer{stage + 1}")(x)
         return x.mean(dim=(2, 3))
