@@ -45,6 +45,54 @@ def test_a_fresh_adapter_is_the_identity_beside_any_convolution(
     assert not torch.allclose(adapter(x), conv(x))
 
 
+def branchwise_reference(adapter: ViDAAdapter, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x) + s1 * up(down(x)) + s2 * up2(down2(x))``, each branch run on its own."""
+    return (
+        adapter.layer(x)
+        + adapter.scale_low * adapter.vida_up(adapter.vida_down(x))
+        + adapter.scale_high * adapter.vida_up2(adapter.vida_down2(x))
+    )
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    kernel=st.sampled_from([1, 3]),
+    stride=st.sampled_from([1, 2]),
+    padding=st.sampled_from([0, 1]),
+    dilation=st.sampled_from([1, 2]),
+    groups=st.sampled_from([1, 3]),
+    seed=st.integers(0, 100),
+)
+def test_merged_layer_equals_the_branches_in_output_and_gradients(
+    kernel, stride, padding, dilation, groups, seed
+):
+    torch.manual_seed(seed)
+    conv = nn.Conv2d(6, 9, kernel, stride, padding, dilation, groups=groups, bias=seed % 2 == 0)
+    layers = [conv, nn.Linear(7, 4)]
+    inputs = [torch.randn(2, 6, 9, 9), torch.randn(3, 5, 7)]
+    for layer, x in zip(layers, inputs):
+        adapter = ViDAAdapter(layer, 2, 5, torch.Generator().manual_seed(seed))
+        assert adapter.mergeable == (groups == 1 or isinstance(layer, nn.Linear))
+        with torch.no_grad():
+            adapter.vida_up.weight.normal_()
+            adapter.vida_up2.weight.normal_()
+            adapter.scale_low.fill_(0.7)
+            adapter.scale_high.fill_(1.3)
+        results = []
+        for run in (adapter, lambda t: branchwise_reference(adapter, t)):
+            adapter.zero_grad()
+            xi = x.clone().requires_grad_(True)
+            out = run(xi)
+            (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+            grads = [p.grad.clone() for p in adapter.parameters()]
+            results.append((out.detach(), xi.grad, grads))
+        (out, gx, grads), (ref, ref_gx, ref_grads) = results
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(gx, ref_gx, rtol=1e-4, atol=1e-5)
+        for g, ref_g in zip(grads, ref_grads):
+            torch.testing.assert_close(g, ref_g, rtol=1e-4, atol=1e-5)
+
+
 def test_a_fresh_adapter_is_the_identity_beside_a_linear_layer_and_initialised_as_the_code():
     linear = nn.Linear(6, 4)
     adapter = ViDAAdapter(linear, 1, 128, torch.Generator().manual_seed(0))
