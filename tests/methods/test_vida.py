@@ -22,15 +22,17 @@ def batch(b=8, seed=0):
     return torch.rand(b, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
 
 
+CONV_GEOMETRY = {
+    "kernel": st.sampled_from([1, 3]),
+    "stride": st.sampled_from([1, 2]),
+    "padding": st.sampled_from([0, 1]),
+    "dilation": st.sampled_from([1, 2]),
+    "seed": st.integers(0, 100),
+}
+
+
 @settings(max_examples=12, deadline=None)
-@given(
-    kernel=st.sampled_from([1, 3]),
-    stride=st.sampled_from([1, 2]),
-    padding=st.sampled_from([0, 1]),
-    dilation=st.sampled_from([1, 2]),
-    ranks=st.sampled_from([(1, 16), (2, 5)]),
-    seed=st.integers(0, 100),
-)
+@given(**CONV_GEOMETRY, ranks=st.sampled_from([(1, 16), (2, 5)]))
 def test_a_fresh_adapter_is_the_identity_beside_any_convolution(
     kernel, stride, padding, dilation, ranks, seed
 ):
@@ -55,14 +57,7 @@ def branchwise_reference(adapter: ViDAAdapter, x: torch.Tensor) -> torch.Tensor:
 
 
 @settings(max_examples=12, deadline=None)
-@given(
-    kernel=st.sampled_from([1, 3]),
-    stride=st.sampled_from([1, 2]),
-    padding=st.sampled_from([0, 1]),
-    dilation=st.sampled_from([1, 2]),
-    groups=st.sampled_from([1, 3]),
-    seed=st.integers(0, 100),
-)
+@given(**CONV_GEOMETRY, groups=st.sampled_from([1, 3]))
 def test_merged_layer_equals_the_branches_in_output_and_gradients(
     kernel, stride, padding, dilation, groups, seed
 ):
