@@ -44,6 +44,36 @@ def test_bench_then_report_on_a_built_npz_set(npz_and_checkpoint, capsys):
     assert (d / "rep" / "table.csv").read_text().count("\n") == 3
 
 
+def test_bench_on_an_imagenet_c_folder_with_torchvision_resnet_weights(tmp_path, capsys):
+    """ImageNet-C's layout and a state dict with torchvision's ResNet names, end to end."""
+    import torch
+    from PIL import Image
+
+    from dyntta.models import build
+
+    rng = np.random.default_rng(0)
+    for corruption in ("gaussian_noise", "shot_noise", "impulse_noise"):  # the first 3 domains
+        for wnid in ("n01", "n02"):
+            folder = tmp_path / "ImageNet-C" / corruption / "5" / wnid
+            folder.mkdir(parents=True)
+            for k in range(4):
+                image = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+                Image.fromarray(image).save(folder / f"{k}.JPEG")
+    state = build("resnet18-imagenet", num_classes=2).state_dict()
+    state = {k.replace("linear.", "fc.").replace("downsample.conv.", "downsample.0.")
+             .replace("downsample.bn.", "downsample.1."): v for k, v in state.items()}
+    torch.save(state, tmp_path / "resnet18.pth")
+    args = ["bench", "--dataset", "imagenet-c", "--data-dir", str(tmp_path),
+            "--checkpoint", "resnet18.pth", "--set", "stream.batch_sizes=[8]",
+            "--set", "stream.n_domains=[3]", "--set", 'stream.scenarios=["crossmix"]',
+            "--out", str(tmp_path / "run"), "--methods", "tbn", "dyn", "--no-progress"]
+    assert main(args) == 0
+    records = read_results(tmp_path / "run" / "results.jsonl")
+    assert sorted(r["config"]["method"] for r in records) == ["dyn", "tbn"]
+    assert all(r["n_samples"] == 24 and len(r["per_domain"]) == 3
+               for r in records)
+
+
 def test_train_writes_a_checkpoint_that_loads(npz_and_checkpoint):
     d = npz_and_checkpoint
     assert main(["train", "--npz", str(d / "clean.npz"), "--arch", "resnet20", "--epochs", "1",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 from importlib import resources
 from pathlib import Path
@@ -33,7 +34,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="override a grid field, e.g. --set stream.batch_sizes=[16,64]")
     p.add_argument("--methods", nargs="+", help="run only these methods")
     p.add_argument("--seeds", nargs="+", type=int, help="seeds (override the grid's)")
-    p.add_argument("--dataset", help="replace the grid's datasets by this one (see sources.py)")
+    p.add_argument("--dataset", help="replace the grid's datasets by this one (see sources.py); "
+                   "with the embedded grid, every row of it is used unless stream.n_samples is set")
     p.add_argument("--dataset-path", help="path of --dataset (folder, or .npz for 'npz')")
     add_source_arguments(p)
     p.add_argument("--out", help="run folder (default runs/<grid title>)")
@@ -60,6 +62,10 @@ def run_bench(args: argparse.Namespace) -> int:
     else:
         with resources.as_file(resources.files("dyntta.bench") / DEFAULT_GRID) as path:
             grid = load_grid(path, overrides)
+        if args.dataset:  # the embedded grid's row cut and title are the digits default's
+            own_cut = any(o.split("=")[0].strip() == "stream.n_samples" for o in args.overrides)
+            grid = dataclasses.replace(grid, title=f"Table 1 layout on {args.dataset}",
+                                       n_samples=grid.n_samples if own_cut else None)
     out = Path(args.out or Path("runs") / slug(grid.title))
     records = run_grid(grid, out / "results.jsonl", source_options(args), args.workers,
                        args.device, progress=not args.no_progress)
