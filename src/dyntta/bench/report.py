@@ -74,6 +74,8 @@ def table(records: list[dict[str, Any]], columns: list[str] | None = None) -> tu
     keys = sorted({k for _, k in cells}, key=lambda k: json.dumps(k))
     means = {mk: 100 * float(np.mean(v)) for mk, v in cells.items()}
     best = {k: max(means[(m, k)] for m in methods if (m, k) in means) for k in keys}
+    averages = {m: float(np.mean([means[(m, k)] for k in keys])) for m in methods
+                if all((m, k) in means for k in keys)}  # only methods with every column
     header = ["method", *[" / ".join(str(v) for v in k) for k in keys], "avg"]
     lines = [f"columns: {' / '.join(columns)}; accuracy (%)", "",
              "| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
@@ -91,8 +93,11 @@ def table(records: list[dict[str, Any]], columns: list[str] | None = None) -> tu
             acc = 100 * np.asarray(cells[(m, k)])
             text = f"{acc.mean():.1f}" + (f" ± {acc.std(ddof=1):.1f}" if len(acc) > 1 else "")
             row.append(f"**{text}**" if np.isclose(acc.mean(), best[k]) else text)
-        present = [means[(m, k)] for k in keys if (m, k) in means]
-        row.append(f"{np.mean(present):.1f}" if len(present) == len(keys) else "–")
+        if m not in averages:
+            row.append("–")
+        else:
+            text = f"{averages[m]:.1f}"
+            row.append(f"**{text}**" if np.isclose(averages[m], max(averages.values())) else text)
         lines.append("| " + " | ".join(row) + " |")
     buf = io.StringIO()
     writer = csv.writer(buf)
