@@ -28,6 +28,13 @@ def tiny_resnet(num_classes: int = 3, seed: int = 0) -> Normalized:
     return Normalized(net, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)).eval()
 
 
+def random_images(b: int, seed: int = 0, size: int = 8, width: int | None = None) -> torch.Tensor:
+    """``b`` seeded uniform RGB images in [0, 1], ``size`` high and ``width`` (default: ``size``)
+    wide."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.rand(b, 3, size, size if width is None else width, generator=generator)
+
+
 @pytest.fixture
 def tiny_model() -> Normalized:
     return tiny_resnet()

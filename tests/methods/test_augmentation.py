@@ -20,14 +20,11 @@ from dyntta.methods.augmentation import (
     hsv_to_rgb,
     rgb_to_hsv,
 )
-
-
-def images(b=4, h=8, w=8, seed=0):
-    return torch.rand(b, 3, h, w, generator=torch.Generator().manual_seed(seed))
+from tests.conftest import random_images
 
 
 def test_same_seed_same_output_and_the_range_is_kept():
-    x = images()
+    x = random_images(4)
     a, b = StrongAugmentation(seed=1), StrongAugmentation(seed=1)
     first = a(x)
     assert torch.equal(first, b(x))
@@ -45,7 +42,7 @@ def test_non_rgb_input_is_rejected():
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000))
 def test_hsv_matches_colorsys_and_round_trips(seed):
-    x = images(1, 2, 3, seed)
+    x = random_images(1, seed, 2, 3)
     h, s, v = rgb_to_hsv(x)
     for i in range(2):
         for j in range(3):
@@ -58,7 +55,7 @@ def test_hsv_matches_colorsys_and_round_trips(seed):
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 10_000), shift=st.floats(-0.5, 0.5))
 def test_hue_rotation_matches_colorsys(seed, shift):
-    x = images(1, 2, 2, seed)
+    x = random_images(1, seed, 2)
     out = adjust_hue(x, shift)
     for i in range(2):
         for j in range(2):
@@ -68,7 +65,7 @@ def test_hue_rotation_matches_colorsys(seed, shift):
 
 
 def test_colour_operations_at_their_neutral_and_extreme_factors():
-    x = images()
+    x = random_images(4)
     torch.testing.assert_close(adjust_brightness(x, 1.0), x)
     torch.testing.assert_close(adjust_contrast(x, 1.0), x)
     torch.testing.assert_close(adjust_saturation(x, 1.0), x)
@@ -80,7 +77,7 @@ def test_colour_operations_at_their_neutral_and_extreme_factors():
 
 
 def test_affine_identity_and_integer_shift():
-    x = images(2, 6, 7)
+    x = random_images(2, 0, 6, 7)
     torch.testing.assert_close(affine(x, 0.0, (0, 0), 1.0), x, atol=1e-6, rtol=0)
     shifted = affine(x, 0.0, (2, -1), 1.0)  # content moves 2 right and 1 up
     expected = torch.zeros_like(x)
@@ -89,7 +86,7 @@ def test_affine_identity_and_integer_shift():
 
 
 def test_affine_quarter_turn_moves_pixels_by_index_arithmetic():
-    x = images(1, 5, 5)
+    x = random_images(1, 0, 5)
     out = affine(x, 90.0, (0, 0), 1.0)
     expected = torch.empty_like(x)
     for i in range(5):
@@ -101,7 +98,7 @@ def test_affine_quarter_turn_moves_pixels_by_index_arithmetic():
 
 
 def test_blur_matches_a_direct_two_dimensional_convolution():
-    x = images(2, 9, 9)
+    x = random_images(2, 0, 9)
     sigma = 0.7
     t = torch.arange(5, dtype=torch.float32) - 2
     k1 = torch.exp(-0.5 * (t / sigma) ** 2)

@@ -11,11 +11,7 @@ from hypothesis import strategies as st
 
 import dyntta
 from dyntta.methods.deyo import DeYOConfig, shuffle_patches
-from tests.conftest import tiny_resnet
-
-
-def batch(b=16, seed=0, size=8):
-    return torch.rand(b, 3, size, size, generator=torch.Generator().manual_seed(seed))
+from tests.conftest import random_images, tiny_resnet
 
 
 @settings(max_examples=25, deadline=None)
@@ -39,7 +35,7 @@ def test_patch_shuffle_keeps_the_pixel_multiset_and_moves_whole_patches(seed, pa
 
 
 def test_patch_shuffle_is_seeded_and_one_patch_is_the_identity():
-    x = batch(4)
+    x = random_images(4)
     a = shuffle_patches(x, 4, torch.Generator().manual_seed(5))
     assert torch.equal(a, shuffle_patches(x, 4, torch.Generator().manual_seed(5)))
     assert not torch.equal(a, x)
@@ -47,10 +43,10 @@ def test_patch_shuffle_is_seeded_and_one_patch_is_the_identity():
 
 
 def test_patch_shuffle_resizes_sizes_that_are_not_multiples():
-    x = batch(2, size=10)
+    x = random_images(2, size=10)
     assert shuffle_patches(x, 4, torch.Generator()).shape == x.shape
     with pytest.raises(ValueError, match="smaller"):
-        shuffle_patches(batch(1, size=3), 4, torch.Generator())
+        shuffle_patches(random_images(1, size=3), 4, torch.Generator())
 
 
 def reference_step(model, x, margin, margin_e0, tau_plpd, seed, lr):
@@ -80,7 +76,7 @@ def reference_step(model, x, margin, margin_e0, tau_plpd, seed, lr):
 
 def test_one_step_equals_the_reference_with_partial_selection():
     model = tiny_resnet()
-    x = batch(32, seed=3)
+    x = random_images(32, seed=3)
     # thresholds inside the observed ranges, so both filters keep some samples and drop others
     method = dyntta.adapt(model, "deyo", margin=0.93, plpd_threshold=0.0, lr=0.05)
     reference = copy.deepcopy(method.model)
@@ -96,7 +92,7 @@ def test_predictions_come_from_before_the_update():
     model = tiny_resnet()
     method = dyntta.adapt(model, "deyo", margin=0.99, plpd_threshold=-1.0, lr=0.5)
     before = copy.deepcopy(method.model)
-    x = batch(16)
+    x = random_images(16)
     torch.testing.assert_close(method(x), before(x))
     assert method.num_selected > 0
     assert not torch.allclose(method.model(x), before(x))
@@ -105,11 +101,11 @@ def test_predictions_come_from_before_the_update():
 def test_no_step_at_all_when_no_sample_passes():
     method = dyntta.adapt(tiny_resnet(), "deyo", margin=1e-6)
     before = {k: v.clone() for k, v in method.state_dict().items()}
-    method(batch())
+    method(random_images(16))
     assert all(torch.equal(v, before[k]) for k, v in method.state_dict().items())
     assert method.optimizer.state_dict()["state"] == {}
     method2 = dyntta.adapt(tiny_resnet(), "deyo", margin=0.99, plpd_threshold=1.0)
-    method2(batch())
+    method2(random_images(16))
     assert method2.num_entropy_selected > 0 and method2.num_selected == 0
     assert method2.optimizer.state_dict()["state"] == {}
 

@@ -9,6 +9,7 @@ import torch
 from torch.nn import functional as F
 
 import dyntta
+from tests.conftest import random_images
 from tests.methods.gradient_reference import (
     assert_params_equal,
     bn_params,
@@ -23,10 +24,6 @@ from tests.methods.gradient_reference import (
 B, C, LR = 16, 3, 1e-2
 
 
-def images(seed):
-    return torch.rand(B, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
-
-
 def eata_loss(logits, mask, e0):
     """Mean over selected samples of exp(E0 - E) * E, weights detached (EATA Eqn. 6)."""
     e = entropy(logits)[mask]
@@ -35,7 +32,7 @@ def eata_loss(logits, mask, e0):
 
 def test_first_batch_keeps_only_low_entropy_samples():
     model = confident_resnet()
-    x = images(0)
+    x = random_images(B, 0)
     ref = reference_model(model)
     params = bn_params(ref)
     logits = ref(x)
@@ -57,10 +54,10 @@ def test_first_batch_keeps_only_low_entropy_samples():
 
 def run_two_batches(model, margin, d_margin, **options):
     eata = dyntta.adapt(model, "eata", lr=LR, margin=margin, d_margin=d_margin, **options)
-    eata(images(0))
+    eata(random_images(B, 0))
     after_first = current(eata)
     mean_probs = eata.mean_probs.clone()
-    eata(images(1))
+    eata(random_images(B, 1))
     return eata, after_first, mean_probs
 
 
@@ -70,7 +67,7 @@ def test_redundant_samples_are_dropped_by_cosine_similarity_to_the_moving_averag
     probe, after_first, m1 = run_two_batches(model, margin, 1.0, fisher="off")
     ref = reference_model(model, after_first)
     params = bn_params(ref)
-    logits = ref(images(1))
+    logits = ref(random_images(B, 1))
     reliable = entropy(logits) < margin * math.log(C)
     cos = F.cosine_similarity(m1[None], logits.softmax(1).detach(), dim=1).abs()
     k = 4  # keep the k reliable samples least similar to the moving average
@@ -111,7 +108,7 @@ def test_stream_fisher_is_the_mean_squared_pseudo_label_gradient_and_regularises
     )
     ref = reference_model(model)
     params = bn_params(ref)
-    logits0 = ref(images(0))
+    logits0 = ref(random_images(B, 0))
     g_ce = grads(F.cross_entropy(logits0, logits0.argmax(1)), params)
     assert eata.fisher_batches == 1 and eata.fisher is not None
     for name, f in zip(eata.adapted_names, eata.fisher):
@@ -123,7 +120,7 @@ def test_stream_fisher_is_the_mean_squared_pseudo_label_gradient_and_regularises
     g1 = {n: (params[n].detach() - after_first[n]) / LR for n in params}
     ref1 = reference_model(model, after_first)
     params1 = bn_params(ref1)
-    logits1 = ref1(images(1))
+    logits1 = ref1(random_images(B, 1))
     penalty = sum(
         (g_ce[n].square() * (params1[n] - params[n].detach()).square()).sum() for n in params1
     )
@@ -141,14 +138,14 @@ def test_fisher_is_complete_once_fisher_size_samples_were_seen(fisher_size, batc
     eata = dyntta.adapt(confident_resnet(), "eata", fisher_size=fisher_size)
     for i in range(batches_needed):
         assert eata.fisher is None
-        eata(images(i))
+        eata(random_images(B, i))
     assert eata.fisher is not None and eata.fisher_batches == batches_needed
-    eata(images(9))
+    eata(random_images(B, 9))
     assert eata.fisher_batches == batches_needed  # estimation stops
 
 
 def test_fisher_off_never_estimates():
     eata = dyntta.adapt(confident_resnet(), "eata", fisher="off", fisher_size=1)
     for i in range(3):
-        eata(images(i))
+        eata(random_images(B, i))
     assert eata.fisher is None and eata.fisher_batches == 0

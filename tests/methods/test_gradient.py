@@ -12,6 +12,7 @@ from torch import nn
 
 import dyntta
 from dyntta.methods.gradient import masked_mean
+from tests.conftest import random_images
 from tests.methods.gradient_reference import confident_resnet
 
 # options under which each method really adapts (and keeps memory) on the tiny model
@@ -22,17 +23,13 @@ METHODS = {
 }
 
 
-def images(seed, b=16):
-    return torch.rand(b, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
-
-
 @pytest.mark.parametrize("name", METHODS)
 def test_reset_restores_weights_optimiser_and_memory_exactly(name):
     model = confident_resnet()
     method = dyntta.adapt(model, name, **METHODS[name])
     source = copy.deepcopy(method.state_dict())
     for i in range(3):
-        method(images(i))
+        method(random_images(16, i))
     assert any(not torch.equal(v, source[k]) for k, v in method.state_dict().items())
     assert method.optimizer.state_dict()["state"]  # momentum buffers exist
 
@@ -44,7 +41,7 @@ def test_reset_restores_weights_optimiser_and_memory_exactly(name):
     for attr in ("mean_probs", "fisher", "ema"):
         assert getattr(method, attr, None) is None
     for i in range(3):  # from now on it behaves exactly like a new instance
-        assert torch.equal(method(images(10 + i)), fresh(images(10 + i)))
+        assert torch.equal(method(random_images(16, 10 + i)), fresh(random_images(16, 10 + i)))
     for key, value in method.state_dict().items():
         assert torch.equal(value, fresh.state_dict()[key]), key
 
@@ -54,7 +51,7 @@ def test_same_results_under_no_grad_and_inference_mode(name):
     model = confident_resnet()
     plain, no_grad, inference = (dyntta.adapt(model, name, **METHODS[name]) for _ in range(3))
     for i in range(2):
-        x = images(i)
+        x = random_images(16, i)
         expected = plain(x)
         with torch.no_grad():
             assert torch.equal(no_grad(x), expected)
@@ -67,7 +64,7 @@ def test_the_user_model_is_never_modified(name):
     model = confident_resnet()
     before = copy.deepcopy(model.state_dict())
     method = dyntta.adapt(model, name, **METHODS[name])
-    method(images(0))
+    method(random_images(16, 0))
     for key, value in model.state_dict().items():
         assert torch.equal(value, before[key]), key
     assert not any(p.requires_grad is False for p in model.parameters())

@@ -10,11 +10,7 @@ from torch import nn
 
 import dyntta
 from dyntta.norm import InstanceAwareBatchNorm2d
-from tests.conftest import tiny_resnet
-
-
-def images(b=8, seed=0):
-    return torch.rand(b, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
+from tests.conftest import random_images, tiny_resnet
 
 
 class FixedStatsBN(nn.Module):
@@ -53,7 +49,7 @@ def test_every_bn_becomes_iabn_around_the_batch_statistics():
 @pytest.mark.parametrize("k, per_sample", [(1e4, False), (0.0, True)])
 def test_wide_band_is_batch_norm_and_zero_band_is_instance_norm(k, per_sample):
     model = tiny_resnet()
-    x = images()
+    x = random_images(8)
     expected = reference(model, per_sample)(x)
     torch.testing.assert_close(dyntta.adapt(model, "iabn", k=k)(x), expected, rtol=1e-4, atol=1e-4)
 
@@ -62,7 +58,7 @@ def test_default_band_lies_between_and_keeps_no_state():
     model = tiny_resnet()
     method = dyntta.adapt(model, "iabn")
     source = copy.deepcopy(method.state_dict())
-    x = images()
+    x = random_images(8)
     first, second = method(x), method(x)
     assert torch.equal(first, second)  # a function of the batch only
     for key, value in method.state_dict().items():

@@ -9,11 +9,7 @@ from torch import nn
 import dyntta
 from dyntta.methods import Method, method_class
 from dyntta.norm import ClusterAwareBatchNorm2d
-from tests.conftest import tiny_resnet
-
-
-def images(b=8, seed=0):
-    return torch.rand(b, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
+from tests.conftest import random_images, tiny_resnet
 
 
 def test_available_methods_lists_the_backward_free_family():
@@ -21,14 +17,14 @@ def test_available_methods_lists_the_backward_free_family():
 
 
 def test_source_equals_the_model_in_eval_mode(tiny_model):
-    x = images()
+    x = random_images(8)
     torch.testing.assert_close(dyntta.adapt(tiny_model, "source")(x), tiny_model(x))
 
 
 def test_adapt_copies_and_never_modifies_the_user_model(tiny_model):
     before = {k: v.clone() for k, v in tiny_model.state_dict().items()}
     adapted = dyntta.adapt(tiny_model, "dyn")
-    adapted(images())
+    adapted(random_images(8))
     for k, v in tiny_model.state_dict().items():
         assert torch.equal(v, before[k])
     assert sum(isinstance(m, ClusterAwareBatchNorm2d) for m in adapted.modules()) == sum(
@@ -37,12 +33,12 @@ def test_adapt_copies_and_never_modifies_the_user_model(tiny_model):
 
 
 def test_dyn_alpha_one_equals_source(tiny_model):
-    x = images()
+    x = random_images(8)
     torch.testing.assert_close(dyntta.adapt(tiny_model, "dyn", alpha=1.0)(x), tiny_model(x))
 
 
 def test_tbn_equals_the_model_in_training_mode_without_touching_running_stats(tiny_model):
-    x = images()
+    x = random_images(8)
     reference = tiny_resnet()
     for m in reference.modules():
         if isinstance(m, nn.BatchNorm2d):
@@ -52,7 +48,7 @@ def test_tbn_equals_the_model_in_training_mode_without_touching_running_stats(ti
 
 
 def test_alpha_bn_zero_is_tbn_and_one_is_source(tiny_model):
-    x = images()
+    x = random_images(8)
     tbn = dyntta.adapt(tiny_model, "tbn")(x)
     torch.testing.assert_close(dyntta.adapt(tiny_model, "alpha_bn", alpha=0.0)(x), tbn)
     torch.testing.assert_close(dyntta.adapt(tiny_model, "alpha_bn", alpha=1.0)(x), tiny_model(x))
@@ -61,7 +57,7 @@ def test_alpha_bn_zero_is_tbn_and_one_is_source(tiny_model):
 @pytest.mark.parametrize("name", ["source", "tbn", "alpha_bn", "dyn"])
 def test_backward_free_methods_are_deterministic_and_need_no_grad(name, tiny_model):
     adapted = dyntta.adapt(tiny_model, name)
-    x = images(16)
+    x = random_images(16)
     out = adapted(x)
     assert not out.requires_grad
     torch.testing.assert_close(adapted(x), out)
@@ -72,7 +68,7 @@ def test_dyn_separates_a_mixed_batch_better_than_tbn():
     """On a batch mixing a clean and a shifted domain, DYN's output for the clean half moves less
     than TBN's when the shifted half joins it: the shifted samples form their own clusters."""
     model = tiny_resnet()
-    x = images(16)
+    x = random_images(16)
     x[8:] = (x[8:] * 0.2 + 0.7).clamp(0, 1)
     dyn = dyntta.adapt(model, "dyn", alpha=0.0)(x)[:8]
     dyn_alone = dyntta.adapt(model, "dyn", alpha=0.0)(x[:8])
@@ -110,7 +106,7 @@ def test_alpha_out_of_range_is_an_error(bad, tiny_model):
 
 def test_nan_and_inf_inputs_are_errors(tiny_model):
     adapted = dyntta.adapt(tiny_model, "dyn")
-    x = images()
+    x = random_images(8)
     x[0, 0, 0, 0] = float("nan")
     with pytest.raises(ValueError, match="NaN or Inf"):
         adapted(x)

@@ -8,11 +8,7 @@ import torch
 import dyntta
 from dyntta.methods.note import NOTEConfig
 from dyntta.norm import InstanceAwareBatchNorm2d
-from tests.conftest import tiny_resnet
-
-
-def batch(b=16, seed=0):
-    return torch.rand(b, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
+from tests.conftest import random_images, tiny_resnet
 
 
 def test_every_bn_becomes_iabn_with_notes_settings_and_adam(tiny_model):
@@ -30,7 +26,7 @@ def test_every_bn_becomes_iabn_with_notes_settings_and_adam(tiny_model):
 def test_predictions_are_batch_free_between_updates():
     """In eval mode IABN shrinks towards the running statistics: a sample's prediction does not
     depend on the other samples of its batch."""
-    x = batch(12)
+    x = random_images(12)
     whole = dyntta.adapt(tiny_resnet(), "note")(x)
     part = dyntta.adapt(tiny_resnet(), "note")(x[:5])
     torch.testing.assert_close(whole[:5], part)
@@ -43,7 +39,7 @@ def test_update_is_the_mean_entropy_over_samples_and_classes_in_training_mode():
     method = dyntta.adapt(tiny_resnet(), "note", update_every=16, memory_size=16)
     method.optimizer = torch.optim.SGD(method.adapted_parameters(), lr=0.5)
     reference = copy.deepcopy(method.model)
-    method(batch(16))
+    method(random_images(16))
     reference.train()
     probs = reference(method.memory.images()).softmax(1)
     loss = (-probs * torch.log(probs + 1e-6)).mean()
@@ -57,7 +53,7 @@ def test_update_is_the_mean_entropy_over_samples_and_classes_in_training_mode():
 def test_an_update_inside_a_batch_applies_to_the_rest_of_the_batch():
     method = dyntta.adapt(tiny_resnet(), "note", update_every=16, memory_size=16)
     before = copy.deepcopy(method.model)
-    x = batch(24)
+    x = random_images(24)
     out = method(x)
     torch.testing.assert_close(out[:16], before(x[:16]))
     torch.testing.assert_close(out[16:], method.model(x[16:]))
@@ -68,7 +64,7 @@ def test_an_update_inside_a_batch_applies_to_the_rest_of_the_batch():
 def test_no_update_before_update_every_samples():
     method = dyntta.adapt(tiny_resnet(), "note")
     before = {k: v.clone() for k, v in method.state_dict().items()}
-    method(batch(40))
+    method(random_images(40))
     assert all(torch.equal(v, before[k]) for k, v in method.state_dict().items())
     assert len(method.memory) == 40
 

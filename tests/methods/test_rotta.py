@@ -9,11 +9,7 @@ import dyntta
 from dyntta.methods.augmentation import StrongAugmentation
 from dyntta.methods.rotta import RoTTA, RoTTAConfig, timeliness
 from dyntta.norm import RobustBatchNorm2d
-from tests.conftest import tiny_resnet
-
-
-def batch(b=16, seed=0):
-    return torch.rand(b, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
+from tests.conftest import random_images, tiny_resnet
 
 
 def params(module):
@@ -33,7 +29,7 @@ def test_every_bn_is_robust_and_only_its_affine_parameters_train(tiny_model):
 def test_predictions_are_the_teachers_in_eval_mode():
     method = dyntta.adapt(tiny_resnet(), "rotta", update_every=8)
     for seed in range(3):
-        x = batch(12, seed)
+        x = random_images(12, seed)
         teacher = copy.deepcopy(method.teacher).eval()
         torch.testing.assert_close(method(x), teacher(x))
 
@@ -49,7 +45,7 @@ def test_updates_happen_every_update_every_samples_inside_batches():
 
     method.update = spy
     for seed in range(4):
-        method(batch(20, seed))  # 80 samples: updates at 32 and 64
+        method(random_images(20, seed))  # 80 samples: updates at 32 and 64
     assert [seen for seen, _ in calls] == [32, 64]
     assert all(0 < size <= 16 for _, size in calls)
 
@@ -65,7 +61,7 @@ def test_one_update_equals_a_reference_step_and_the_teacher_moves_by_the_ema_rul
     assert method.optimizer.defaults["lr"] == 1e-3
     assert method.optimizer.defaults["betas"] == (0.9, 0.999)
     method.optimizer = torch.optim.SGD(method.adapted_parameters(), lr=0.5)
-    x = batch(16)
+    x = random_images(16)
     student, teacher = copy.deepcopy(method.model), copy.deepcopy(method.teacher)
     teacher_before = params(method.teacher)
     method(x)
@@ -96,7 +92,7 @@ def test_one_update_equals_a_reference_step_and_the_teacher_moves_by_the_ema_rul
 def test_prediction_leaves_the_robust_statistics_alone_until_an_update():
     method = dyntta.adapt(tiny_resnet(), "rotta", update_every=64)
     before = {k: v.clone() for k, v in method.state_dict().items()}
-    method(batch(20))
+    method(random_images(20))
     for k, v in method.state_dict().items():
         assert torch.equal(v, before[k]), k
 

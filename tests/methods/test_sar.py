@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import dyntta
+from tests.conftest import random_images
 from tests.methods.gradient_reference import (
     assert_params_equal,
     bn_params,
@@ -22,13 +23,9 @@ from tests.methods.gradient_reference import (
 B, C, LR, RHO = 16, 3, 1e-2, 0.05
 
 
-def images(seed=0):
-    return torch.rand(B, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
-
-
 def test_update_is_the_two_step_sam_update_on_reliable_entropy():
     model = confident_resnet()
-    x = images()
+    x = random_images(B)
     ref = reference_model(model)
     params = bn_params(ref)
     logits = ref(x)
@@ -60,8 +57,8 @@ def test_recovers_the_source_model_when_the_loss_average_drops_below_the_thresho
     model = confident_resnet()
     sar = dyntta.adapt(model, "sar", lr=LR, reset_constant=10.0)  # any loss is below 10
     source = {k: v.clone() for k, v in sar.state_dict().items()}
-    out = sar(images())
-    torch.testing.assert_close(out, reference_model(model)(images()).detach())
+    out = sar(random_images(B))
+    torch.testing.assert_close(out, reference_model(model)(random_images(B)).detach())
     assert sar.num_recoveries == 1 and sar.ema is None
     assert sar.optimizer.state_dict()["state"] == {}
     for key, value in sar.state_dict().items():
@@ -73,7 +70,7 @@ def test_without_recovery_the_moving_average_follows_the_loss():
     source = current(sar)
     values = []
     for i in range(3):
-        sar(images(i))
+        sar(random_images(B, i))
         values.append(sar.ema)
     assert sar.num_recoveries == 0
     assert any(not torch.equal(v, source[n]) for n, v in current(sar).items())
@@ -88,7 +85,7 @@ def test_frozen_stage_keeps_its_parameters():
     assert sar.adapted_names and not any(".layer2." in n for n in sar.adapted_names)
     frozen = {n: p.clone() for n, p in sar.model.named_parameters() if ".layer2." in n}
     assert frozen
-    sar(images())
+    sar(random_images(B))
     for name, p in sar.model.named_parameters():
         if name in frozen:
             assert torch.equal(p, frozen[name]), name

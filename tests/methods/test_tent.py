@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import dyntta
-from tests.conftest import tiny_resnet
+from tests.conftest import random_images, tiny_resnet
 from tests.methods.gradient_reference import (
     assert_params_equal,
     bn_params,
@@ -15,16 +15,12 @@ from tests.methods.gradient_reference import (
 )
 
 
-def images(b=16, seed=0):
-    return torch.rand(b, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
-
-
 def test_step_equals_nesterov_sgd_on_batch_entropy_and_changes_nothing_else():
     model = tiny_resnet()
     lr = 1e-2
     tent = dyntta.adapt(model, "tent", lr=lr)
     source = {k: v.clone() for k, v in tent.model.state_dict().items()}
-    x = images()
+    x = random_images(16)
     logits = tent(x)
 
     ref = reference_model(model)
@@ -52,7 +48,7 @@ def test_adapted_parameters_are_exactly_the_bn_affine_ones():
 
 def test_entropy_decreases_on_a_repeated_batch():
     tent = dyntta.adapt(tiny_resnet(), "tent", lr=5e-2)
-    x = images()
+    x = random_images(16)
     before = entropy(tent(x)).mean()
     for _ in range(5):
         after = entropy(tent(x)).mean()

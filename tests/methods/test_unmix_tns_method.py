@@ -7,11 +7,7 @@ from torch import nn
 import dyntta
 from dyntta.methods.unmix_tns import UnMixTNSConfig
 from dyntta.norm import UnMixTNS2d
-from tests.conftest import tiny_resnet
-
-
-def batch(b=8, seed=0):
-    return torch.rand(b, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
+from tests.conftest import random_images, tiny_resnet
 
 
 def components(method):
@@ -37,11 +33,11 @@ def test_initial_components_depend_on_the_seed_only():
 def test_components_move_with_the_stream_and_outputs_need_no_grad():
     method = dyntta.adapt(tiny_resnet(), "unmix_tns")
     before = components(method)
-    out = method(batch())
+    out = method(random_images(8))
     assert not out.requires_grad
     assert not all(torch.equal(x, y) for x, y in zip(before, components(method)))
     frozen = dyntta.adapt(tiny_resnet(), "unmix_tns", momentum=0.0)
-    x = batch()
+    x = random_images(8)
     torch.testing.assert_close(frozen(x), frozen(x))
 
 
@@ -53,7 +49,7 @@ def test_one_component_is_instance_normalisation_throughout_the_model():
         if isinstance(m, nn.BatchNorm2d):
             m.track_running_stats = False
             m.running_mean = m.running_var = None
-    x = batch()
+    x = random_images(8)
     # BN without running statistics on one sample at a time is instance normalisation
     expected = torch.cat([reference(x[i : i + 1]) for i in range(len(x))])
     torch.testing.assert_close(method(x), expected, rtol=1e-4, atol=1e-5)

@@ -12,14 +12,10 @@ import dyntta
 from dyntta.methods.augmentation import StrongAugmentation
 from dyntta.methods.vida import ViDAConfig
 from dyntta.methods.vida_adapter import ViDAAdapter, inject_adapters
-from tests.conftest import tiny_resnet
+from tests.conftest import random_images, tiny_resnet
 
 
 SMALL = {"rank_high": 8, "num_augmentations": 2}  # fast settings where the defaults don't matter
-
-
-def batch(b=8, seed=0):
-    return torch.rand(b, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
 
 
 CONV_GEOMETRY = {
@@ -99,7 +95,7 @@ def test_a_fresh_adapter_is_the_identity_beside_a_linear_layer_and_initialised_a
 
 
 def test_the_adapted_model_starts_as_the_source_model_with_batch_statistics(tiny_model):
-    x = batch(8)
+    x = random_images(8)
     method = dyntta.adapt(tiny_model, "vida")
     n_wrapped = sum(isinstance(m, ViDAAdapter) for m in method.model.modules())
     assert n_wrapped == sum(isinstance(m, (nn.Conv2d, nn.Linear)) for m in tiny_model.modules())
@@ -125,7 +121,7 @@ def test_hka_scales(hka, u):
 
 def test_uncertainty_is_the_variance_of_the_teachers_augmented_predictions():
     method = dyntta.adapt(tiny_resnet(), "vida", num_augmentations=4, seed=3, rank_high=8)
-    x = batch(6)
+    x = random_images(6)
     teacher = copy.deepcopy(method.teacher)
     augment = StrongAugmentation(3)
     with torch.no_grad():
@@ -140,8 +136,8 @@ def test_one_step_returns_the_teacher_and_moves_the_teacher_by_two_rate_ema():
         tiny_resnet(), "vida", teacher_keep=keep, adapter_keep=adapter_keep, restore_prob=0.0,
         lr=1e-2, adapter_lr=1e-2, hka="paper", **SMALL,
     )
-    method(batch(8, seed=1))  # the teacher's adapters are non-zero from now on
-    x = batch(8)
+    method(random_images(8, seed=1))  # the teacher's adapters are non-zero from now on
+    x = random_images(8)
     teacher_before = copy.deepcopy(method.teacher)
     student_before = {n: p.detach().clone() for n, p in method.model.named_parameters()}
     out = method(x)
@@ -170,7 +166,7 @@ def test_one_step_returns_the_teacher_and_moves_the_teacher_by_two_rate_ema():
 def test_restore_probability_one_returns_the_student_to_its_initial_weights():
     method = dyntta.adapt(tiny_resnet(), "vida", restore_prob=1.0, lr=1e-2, **SMALL)
     initial = {n: p.detach().clone() for n, p in method.model.named_parameters()}
-    method(batch())
+    method(random_images(8))
     for n, p in method.model.named_parameters():
         assert torch.equal(p, initial[n]), n
     assert not all(
