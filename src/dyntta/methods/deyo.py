@@ -28,6 +28,7 @@ from torch.nn import functional as F
 from dyntta.methods.gradient import (
     GradientMethod,
     SGDConfig,
+    check_module_names,
     check_positive,
     entropy_margin,
     masked_mean,
@@ -66,8 +67,7 @@ class DeYOConfig(SGDConfig):
         check_positive("margin_e0", self.margin_e0)
         if self.patch_len < 1:
             raise ValueError(f"patch_len must be >= 1, got {self.patch_len}")
-        if isinstance(self.frozen, str) or not all(isinstance(n, str) for n in self.frozen):
-            raise ValueError(f"frozen must be a tuple of module names, got {self.frozen!r}")
+        check_module_names("frozen", self.frozen)
 
 
 def shuffle_patches(x: torch.Tensor, patch_len: int, generator: torch.Generator) -> torch.Tensor:
@@ -105,9 +105,6 @@ class DeYO(GradientMethod):
 
     name = "deyo"
     Config = DeYOConfig
-
-    def adapts(self, module_name: str) -> bool:
-        return not set(module_name.split(".")) & set(self.config.frozen)
 
     def on_reset(self) -> None:
         super().on_reset()

@@ -88,6 +88,12 @@ def check_positive(name: str, value: float) -> None:
         raise ValueError(f"{name} must be > 0, got {value}")
 
 
+def check_module_names(name: str, value: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` unless ``value`` is a tuple of module names (e.g. ``frozen``)."""
+    if isinstance(value, str) or not all(isinstance(n, str) for n in value):
+        raise ValueError(f"{name} must be a tuple of module names, got {value!r}")
+
+
 class GradientMethod(Method):
     """Base of the methods that adapt BN affine parameters by gradient descent.
 

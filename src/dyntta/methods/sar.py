@@ -26,6 +26,7 @@ import torch
 from dyntta.methods.gradient import (
     GradientMethod,
     SGDConfig,
+    check_module_names,
     check_positive,
     entropy_margin,
     masked_mean,
@@ -59,8 +60,7 @@ class SARConfig(SGDConfig):
             raise ValueError(f"rho must be >= 0, got {self.rho}")
         if not self.reset_constant >= 0:
             raise ValueError(f"reset_constant must be >= 0, got {self.reset_constant}")
-        if isinstance(self.frozen, str) or not all(isinstance(n, str) for n in self.frozen):
-            raise ValueError(f"frozen must be a tuple of module names, got {self.frozen!r}")
+        check_module_names("frozen", self.frozen)
 
 
 @register

@@ -95,15 +95,14 @@ class ViDAAdapter(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         layer = self.layer
+        if not self.mergeable:
+            low = self.vida_up(self.vida_down(x))
+            high = self.vida_up2(self.vida_down2(x))
+            return layer(x) + self.scale_low * low + self.scale_high * high
         if isinstance(layer, nn.Linear):
             return F.linear(x, self.merged_weight(), layer.bias)
-        if self.mergeable:
-            return F.conv2d(
-                x, self.merged_weight(), layer.bias, layer.stride, layer.padding, layer.dilation
-            )
-        low = self.vida_up(self.vida_down(x))
-        high = self.vida_up2(self.vida_down2(x))
-        return layer(x) + self.scale_low * low + self.scale_high * high
+        return F.conv2d(x, self.merged_weight(), layer.bias, layer.stride, layer.padding,
+                        layer.dilation)
 
 
 def bottleneck(layer: nn.Conv2d | nn.Linear, rank: int) -> tuple[nn.Module, nn.Module]:
