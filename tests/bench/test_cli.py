@@ -72,6 +72,9 @@ def test_bench_on_an_imagenet_c_folder_with_torchvision_resnet_weights(tmp_path,
     assert sorted(r["config"]["method"] for r in records) == ["dyn", "tbn"]
     assert all(r["n_samples"] == 24 and len(r["per_domain"]) == 3
                for r in records)
+    args[args.index(str(tmp_path / "run"))] = str(tmp_path / "cut")
+    assert main([*args, "--set", "stream.n_samples=5"]) == 0  # an explicit cut still applies
+    assert {r["n_samples"] for r in read_results(tmp_path / "cut" / "results.jsonl")} == {15}
 
 
 def test_train_writes_a_checkpoint_that_loads(npz_and_checkpoint):

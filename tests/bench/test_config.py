@@ -50,12 +50,19 @@ def test_overrides_replace_fields_and_options_reach_the_cells(grid_file):
         ('columns=["colour"]', "unknown column 'colour'"),
         ("datasets=[]", r"at least one \[\[datasets\]\]"),
         ("stream.severity=6", "severity must be in 1..5"),
+        ("stream.n_samples=0", 'n_samples must be an int >= 1 or "all"'),
+        ('stream.n_samples="some"', 'n_samples must be an int >= 1 or "all"'),
         ("nonsense", "must look like key=value"),
     ],
 )
 def test_bad_grids_are_errors_naming_the_problem(grid_file, override, message):
     with pytest.raises(ValueError, match=message):
         load_grid(grid_file, [override])
+
+
+def test_n_samples_all_means_every_row_and_later_overrides_win(grid_file):
+    assert load_grid(grid_file, ['stream.n_samples="all"']).n_samples is None
+    assert load_grid(grid_file, ['stream.n_samples="all"', "stream.n_samples=7"]).n_samples == 7
 
 
 def test_missing_and_malformed_files(tmp_path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 from importlib import resources
 from pathlib import Path
@@ -49,7 +48,10 @@ def run_bench(args: argparse.Namespace) -> int:
     from dyntta.bench.report import table, write_report
     from dyntta.bench.runner import run_grid
 
-    overrides = list(args.overrides)
+    overrides = []
+    if args.dataset and not args.config:  # the embedded grid's row cut and title are digits'
+        overrides += ['stream.n_samples="all"', f'title="Table 1 layout on {args.dataset}"']
+    overrides += args.overrides  # after those, so that --set stream.n_samples=N wins
     if args.methods:
         overrides.append(f"methods={args.methods!r}".replace("'", '"'))
     if args.seeds:
@@ -62,10 +64,6 @@ def run_bench(args: argparse.Namespace) -> int:
     else:
         with resources.as_file(resources.files("dyntta.bench") / DEFAULT_GRID) as path:
             grid = load_grid(path, overrides)
-        if args.dataset:  # the embedded grid's row cut and title are the digits default's
-            own_cut = any(o.split("=")[0].strip() == "stream.n_samples" for o in args.overrides)
-            grid = dataclasses.replace(grid, title=f"Table 1 layout on {args.dataset}",
-                                       n_samples=grid.n_samples if own_cut else None)
     out = Path(args.out or Path("runs") / slug(grid.title))
     records = run_grid(grid, out / "results.jsonl", source_options(args), args.workers,
                        args.device, progress=not args.no_progress)

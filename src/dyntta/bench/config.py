@@ -14,7 +14,7 @@ A grid file has these tables (every key optional except where noted; an unknown 
     rounds = [1]
     deltas = [0.01]                             # only used by scenario "wild"
     severity = 5
-    n_samples = 1000                            # rows of the test set used (default: all)
+    n_samples = 1000                            # rows of the test set used (default: "all")
 
     [[datasets]]                                # at least one
     name = "cifar10-c"                          # see dyntta.bench.sources.DATASETS
@@ -194,7 +194,7 @@ def parse_grid(raw: dict[str, Any], where: str = "grid") -> Grid:
         rounds=positive_ints(stream.get("rounds", [1]), "rounds", where),
         deltas=tuple(float(d) for d in as_list(stream.get("deltas", [0.01]))),
         severity=int(stream.get("severity", 5)),
-        n_samples=stream.get("n_samples"),
+        n_samples=row_count(stream.get("n_samples", "all"), where),
         options={m: dict(o) for m, o in options.items()},
         columns=columns,
     )
@@ -213,6 +213,15 @@ def check_keys(table: Any, allowed: set[str], where: str) -> None:
 
 def as_list(value: Any) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def row_count(value: Any, where: str) -> int | None:
+    """``n_samples``: a number of test rows >= 1, or ``"all"`` (None)."""
+    if value == "all":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f'{where}: n_samples must be an int >= 1 or "all", got {value!r}')
+    return value
 
 
 def positive_ints(value: Any, what: str, where: str) -> tuple[int, ...]:
