@@ -9,7 +9,7 @@ import torch
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from dyntta.models import Normalized, ResNet, ResNetSpec, build
+from dyntta.models import Normalized, ResNet, ResNetSpec
 from dyntta.models.resnet import ARCHITECTURES
 
 
@@ -62,7 +62,7 @@ def train_classifier(
     spec = ARCHITECTURES.get(arch) if isinstance(arch, str) else arch
     if spec is None:
         raise ValueError(f"unknown architecture {arch!r}; available: {', '.join(ARCHITECTURES)}")
-    net = ResNet(spec, num_classes) if isinstance(arch, ResNetSpec) else build(arch, num_classes)
+    net = ResNet(spec, num_classes)
     mean, std = channel_stats(images)
     model = Normalized(net, mean, std)
     x_all, y_all = to_tensor(images), torch.as_tensor(labels, dtype=torch.long)
@@ -87,12 +87,3 @@ def train_classifier(
             schedule.step()
     return model.eval()
 
-
-@torch.no_grad()
-def accuracy(model: torch.nn.Module, images: np.ndarray, labels: np.ndarray, batch: int = 256) -> float:
-    """Top-1 accuracy of ``model`` in its current mode on uint8 images."""
-    correct = 0
-    for start in range(0, len(images), batch):
-        logits = model(to_tensor(images[start : start + batch]))
-        correct += int((logits.argmax(1).numpy() == labels[start : start + batch]).sum())
-    return correct / len(images)
