@@ -33,3 +33,11 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
     """Write ``data`` (text as UTF-8) to ``path`` atomically."""
     with atomic_path(path) as tmp:
         tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+
+
+def write_figure(figure, path: str | os.PathLike, **savefig_options) -> Path:
+    """Save a matplotlib figure as PNG at ``path`` atomically; ``savefig_options`` go to
+    ``figure.savefig`` (e.g. ``dpi``)."""
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png", **savefig_options)
+    return Path(path)

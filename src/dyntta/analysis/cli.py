@@ -22,7 +22,8 @@ from dyntta.analysis import (
     tbn_in_distance,
 )
 from dyntta.analysis.clusterings import CLUSTERINGS
-from dyntta.analysis.common import StreamOptions, Subject, read_rows, save_figure, write_rows
+from dyntta.analysis.common import StreamOptions, Subject, read_rows, write_rows
+from dyntta.atomic import write_figure
 from dyntta.bench.cli import add_source_arguments, source_options
 from dyntta.data import SCENARIOS
 from dyntta.methods.dyn import DYNConfig
@@ -179,6 +180,6 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
         )
         write_rows(results, analysis.compute(load_subject(args), options, args))
-    save_figure(analysis.plot(read_rows(results)), figure)
+    write_figure(analysis.plot(read_rows(results)), figure)
     print(f"wrote {results} and {figure}")
     return 0

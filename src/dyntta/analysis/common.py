@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import torch
 from torch import nn
 
-from dyntta.atomic import atomic_path, write_atomic
+from dyntta.atomic import write_atomic
 from dyntta.data import CORRUPTIONS, Batch, CorruptedDataset, Stream, make_stream
 from dyntta.methods.dyn import DYNConfig
 from dyntta.norm import ClusterAwareBatchNorm2d, replace_batchnorm
@@ -237,11 +237,3 @@ def new_figure(ncols: int = 1, nrows: int = 1, size: tuple[float, float] = (6.4,
     FigureCanvasAgg(figure)
     figure.subplots(nrows, ncols, squeeze=False)
     return figure
-
-
-def save_figure(figure, path: str | os.PathLike) -> Path:
-    """Save ``figure`` as PNG at ``path`` atomically."""
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        figure.savefig(tmp, format="png")
-    return path

@@ -19,7 +19,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from dyntta.atomic import write_atomic
+from dyntta.atomic import write_atomic, write_figure
 from dyntta.bench.config import COLUMN_KEYS
 from dyntta.methods import method_class
 
@@ -170,11 +170,9 @@ def plot_per_domain(records: list[dict[str, Any]], path: Path, title: str) -> No
 def save_figure(fig, path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=110)
+    write_figure(fig, path, dpi=110)
     plt.close(fig)
-    write_atomic(path, buf.getvalue())
 
 
 def write_report(records: Iterable[dict[str, Any]], out_dir: str | os.PathLike,
