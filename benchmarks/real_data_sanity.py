@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 import dyntta
-from dyntta.data.corruptions import corrupt
+from dyntta.bench.train import to_tensor
+from dyntta.data import corrupt, load_npz
 
 METHODS = ("source", "tbn", "alpha_bn", "dyn")
 
@@ -27,8 +28,7 @@ def stream_accuracy(method, images: np.ndarray, labels: np.ndarray, order: np.nd
     correct = 0
     for start in range(0, len(order), batch):
         idx = order[start : start + batch]
-        x = torch.from_numpy(images[idx]).permute(0, 3, 1, 2).float().div_(255)
-        correct += int((method(x).argmax(1).numpy() == labels[idx]).sum())
+        correct += int((method(to_tensor(images[idx])).argmax(1).numpy() == labels[idx]).sum())
     return correct / len(order)
 
 
@@ -40,9 +40,9 @@ def main() -> None:
     parser.add_argument("--n-images", type=int, default=10_000, help="test images used (random)")
     args = parser.parse_args()
     data_dir = Path(args.data_dir)
-    with np.load(data_dir / "cifar10-test-jpeg.npz") as blob:
-        keep = np.sort(np.random.default_rng(args.seed).permutation(len(blob["y"]))[: args.n_images])
-        clean, labels = blob["x"][keep], blob["y"][keep]
+    images, all_labels = load_npz(data_dir / "cifar10-test-jpeg.npz", "CIFAR-10 test set")
+    keep = np.sort(np.random.default_rng(args.seed).permutation(len(all_labels))[: args.n_images])
+    clean, labels = images[keep], all_labels[keep]
     noisy = corrupt(clean, "gaussian_noise", 5, seed=args.seed)
     model = dyntta.models.load_checkpoint(data_dir / "resnet20-cifar10.th")
     rng = np.random.default_rng(args.seed)

@@ -7,8 +7,6 @@ import re
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
-
 DEFAULT_GRID = "default.toml"
 
 
@@ -88,14 +86,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     from dyntta.bench.train import train_classifier
-    from dyntta.data import load_digits_split
+    from dyntta.data import load_digits_split, load_npz
     from dyntta.models import save_checkpoint
 
     if args.npz:
-        if not Path(args.npz).is_file():
-            raise FileNotFoundError(f"training set not found: {args.npz} (expected .npz with x, y)")
-        with np.load(args.npz) as blob:
-            x, y = blob["x"], blob["y"]
+        x, y = load_npz(args.npz, "training set")
     else:
         x, y = load_digits_split()[:2]
     model = train_classifier(x, y, arch=args.arch, epochs=args.epochs, batch_size=args.batch_size,

@@ -24,7 +24,6 @@ import dataclasses
 import hashlib
 from pathlib import Path
 
-import numpy as np
 from torch import nn
 
 from dyntta.bench.config import DatasetEntry
@@ -37,6 +36,7 @@ from dyntta.data import (
     load_corrupted,
     load_digits_c,
     load_digits_split,
+    load_npz,
 )
 from dyntta.models import load_checkpoint, save_checkpoint
 
@@ -123,13 +123,7 @@ def digits_source(options: SourceOptions, progress: bool) -> Source:
 
 def corrupted_npz(path: Path, options: SourceOptions, progress: bool) -> CorruptedDataset:
     """Corrupt the clean ``x``/``y`` of an .npz once; cached by the file's content hash."""
-    if not path.is_file():
-        raise FileNotFoundError(f"npz dataset not found: {path} (expected keys x, y)")
+    x, y = load_npz(path, "npz dataset")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-    with np.load(path) as blob:
-        missing = {"x", "y"} - set(blob.files)
-        if missing:
-            raise ValueError(f"{path}: missing arrays {sorted(missing)} (has {blob.files})")
-        x, y = blob["x"], blob["y"]
     out = cache_root(options) / "built" / f"{path.stem}-C-{digest}"
     return build_corrupted(x, y, out, severities=options.severities, seed=0, progress=progress)

@@ -16,6 +16,7 @@ from dyntta.data.datasets import (
     ImageFolderCorruptedDataset,
     NpyCorruptedDataset,
     load_corrupted,
+    load_npz,
 )
 from dyntta.data.digits import default_cache_dir, load_digits_c, load_digits_split
 from dyntta.data.streams import SCENARIOS, Batch, Domain, Stream, label_shift_order, make_stream
@@ -38,5 +39,6 @@ __all__ = [
     "load_corrupted",
     "load_digits_c",
     "load_digits_split",
+    "load_npz",
     "make_stream",
 ]

@@ -9,7 +9,7 @@ import numpy as np
 
 from dyntta.data.build import build_corrupted
 from dyntta.data.corruptions import CORRUPTIONS, RECIPES
-from dyntta.data.datasets import SEVERITIES
+from dyntta.data.datasets import SEVERITIES, load_npz
 from dyntta.data.digits import load_digits_split
 from dyntta.data.frost import SOURCES as FROST_SOURCES
 
@@ -39,14 +39,7 @@ def load_source(source: str) -> tuple[np.ndarray, np.ndarray]:
     if source == "digits":
         _, _, x, y = load_digits_split()
         return x, y
-    path = Path(source)
-    if not path.is_file():
-        raise FileNotFoundError(f"source {path} does not exist (expected 'digits' or a .npz file)")
-    with np.load(path, allow_pickle=False) as archive:
-        missing = {"x", "y"} - set(archive.files)
-        if missing:
-            raise ValueError(f"{path}: missing arrays {sorted(missing)}; it holds {archive.files}")
-        return archive["x"], archive["y"]
+    return load_npz(source, "source ('digits' or an .npz file)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -254,6 +254,19 @@ def load_corrupted(root: str | os.PathLike, name: str) -> CorruptedDataset:
     return ImageFolderCorruptedDataset(directory)
 
 
+def load_npz(path: str | os.PathLike, what: str = "npz file") -> tuple[np.ndarray, np.ndarray]:
+    """The arrays ``x`` (images, (N, H, W, 3) uint8) and ``y`` (labels) of an .npz file; a
+    missing file or array is an error naming it (``what`` says what the file is for)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} not found: {path} (expected an .npz with arrays x and y)")
+    with np.load(path, allow_pickle=False) as archive:
+        missing = {"x", "y"} - set(archive.files)
+        if missing:
+            raise ValueError(f"{path}: missing arrays {sorted(missing)}; it holds {archive.files}")
+        return archive["x"], archive["y"]
+
+
 def check_images(array, what: str, rows: int | None = None) -> None:
     """Raise ``ValueError`` unless ``array`` is (rows, H, W, 3) uint8."""
     shape = tuple(getattr(array, "shape", ()))
