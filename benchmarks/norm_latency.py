@@ -19,7 +19,7 @@ import torch
 import dyntta
 from dyntta.models import Normalized, build
 
-METHODS = ("source", "tbn", "alpha_bn", "dyn")
+METHODS = ("source", "tbn", "alpha_bn", "dyn", "dyn_adaptive", "datta")
 
 
 def time_methods(arch: str, batch: int, repeats: int, warmup: int, clock) -> dict[str, float]:

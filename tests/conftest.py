@@ -15,16 +15,22 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 TINY_SPEC = ResNetSpec("basic", (1, 1), (4, 8), "B", 4)
 
 
-def tiny_resnet(num_classes: int = 3, seed: int = 0) -> Normalized:
-    """A 2-stage ResNet with 4/8 channels and non-trivial BN statistics, in eval mode."""
-    torch.manual_seed(seed)
-    net = ResNet(TINY_SPEC, num_classes)
+def randomize_bn(net: nn.Module) -> nn.Module:
+    """Give every BatchNorm2d of ``net`` non-trivial statistics and affine parameters (drawn
+    from torch's global generator); returns ``net`` in eval mode."""
     for m in net.modules():
         if isinstance(m, nn.BatchNorm2d):
             m.running_mean.uniform_(-0.5, 0.5)
             m.running_var.uniform_(0.5, 2.0)
             m.weight.data.uniform_(0.5, 1.5)
             m.bias.data.uniform_(-0.2, 0.2)
+    return net.eval()
+
+
+def tiny_resnet(num_classes: int = 3, seed: int = 0) -> Normalized:
+    """A 2-stage ResNet with 4/8 channels and non-trivial BN statistics, in eval mode."""
+    torch.manual_seed(seed)
+    net = randomize_bn(ResNet(TINY_SPEC, num_classes))
     return Normalized(net, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)).eval()
 
 

@@ -4,6 +4,7 @@ half-written file behind."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -27,6 +28,19 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_writable(path: str | os.PathLike) -> None:
+    """Raise ``OSError`` unless a file can be written at ``path``: its parent folders are created
+    and a temporary file is written and removed there (call it before long work, not after)."""
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        tempfile.TemporaryFile(dir=path.parent).close()
+    except OSError as exc:  # name the folder, not the temporary file
+        raise type(exc)(exc.errno, exc.strerror, str(path.parent)) from None
 
 
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:

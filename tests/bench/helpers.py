@@ -18,7 +18,8 @@ def tiny_source(entry=None, options=None, progress=False) -> Source:
         (c, 5): np.clip(rng.normal(60 * (i + 1), 30, size=(40, 8, 8, 3)), 0, 255).astype(np.uint8)
         for i, c in enumerate(CORRUPTIONS)
     }
-    return Source("tiny", ArrayCorruptedDataset(arrays, labels, "tiny"), tiny_resnet(), "tiny")
+    return Source("tiny", ArrayCorruptedDataset(arrays, labels, "tiny"), tiny_resnet(), "tiny",
+                  checkpoint_sha256="tiny-model")
 
 
 GRID_TOML = """

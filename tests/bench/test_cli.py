@@ -3,6 +3,8 @@ data, and the errors they give for bad input."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -96,13 +98,38 @@ def test_training_is_deterministic(npz_and_checkpoint):
         assert np.array_equal(va.numpy(), vb.numpy()), k
 
 
+@pytest.mark.parametrize("kwargs, words", [
+    ({"epochs": 0}, "epochs >= 1"),  # would save an untrained model
+    ({"batch_size": 1}, "batch_size >= 2"),  # every step skipped: untrained too
+    ({"lr": 0.0}, "lr > 0"),
+    ({"labels": -np.ones(16, dtype=np.int64)}, "training labels: labels must be >= 0"),
+])
+def test_training_that_would_not_train_is_refused(kwargs, words):
+    from dyntta.bench.train import train_classifier
+
+    args = {"images": np.zeros((16, 8, 8, 3), np.uint8), "labels": np.arange(16) % 2,
+            "progress": False, **kwargs}
+    with pytest.raises(ValueError, match=re.escape(words)):
+        train_classifier(**args)
+
+
+def test_labels_beyond_the_models_classes_are_refused_before_building(npz_and_checkpoint):
+    d = npz_and_checkpoint
+    np.savez(d / "ten.npz", x=np.zeros((4, 32, 32, 3), np.uint8), y=np.array([0, 1, 2, 3]))
+    options = SourceOptions(data_dir=str(d), cache_dir=str(d / "cache"))
+    with pytest.raises(ValueError, match=re.escape("labels go up to 3 but the model has 3 "
+                                                   "classes (0..2)")):
+        resolve_source(DatasetEntry("npz", "ten.npz", "tiny.pt"), options, progress=False)
+    assert not (d / "cache").exists()
+
+
 @pytest.mark.parametrize(
     "entry, options, error, message",
     [
         (DatasetEntry("mnist"), SourceOptions(), ValueError, "unknown dataset 'mnist'; valid: digits"),
         (DatasetEntry("cifar10-c"), SourceOptions(), ValueError, "needs a model: give --checkpoint"),
-        (DatasetEntry("cifar10-c", checkpoint="m.pt"), SourceOptions(), ValueError,
-         "relative: give --data-dir"),
+        (DatasetEntry("cifar10-c", checkpoint="no-such-m.pt"), SourceOptions(),
+         FileNotFoundError, "checkpoint not found: no-such-m.pt"),  # relative to the cwd
         (DatasetEntry("npz", path="clean.npz"), SourceOptions(checkpoint="/nonexistent/m.pt"),
          FileNotFoundError, "checkpoint not found: /nonexistent/m.pt"),
     ],
@@ -126,3 +153,13 @@ def test_cli_reports_bad_input_as_an_error_message(tmp_path, capsys):
     assert "results file not found" in capsys.readouterr().err
     assert main(["bench", "--methods", "magic", "--no-progress", "--out", str(tmp_path)]) == 2
     assert "unknown method 'magic'; available:" in capsys.readouterr().err
+
+
+def test_checkpoint_option_replaces_the_shipped_digits_model(tmp_path, monkeypatch, capsys):
+    """``--checkpoint`` on the embedded grid is used, not ignored: a missing file is named, and
+    a relative path starts from the current folder."""
+    monkeypatch.chdir(tmp_path)
+    args = ["bench", "--checkpoint", "nope.th", "--out", str(tmp_path / "run"), "--no-progress",
+            "--cache-dir", str(tmp_path / "cache")]
+    assert main(args) == 2
+    assert "error: checkpoint not found: nope.th" in capsys.readouterr().err

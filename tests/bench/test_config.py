@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+import dyntta
 from dyntta.bench.config import load_grid
+from dyntta.methods import available_methods, method_class
 from tests.bench.helpers import GRID_TOML
+from tests.conftest import tiny_resnet
 
 
 @pytest.fixture
@@ -50,8 +53,8 @@ def test_overrides_replace_fields_and_options_reach_the_cells(grid_file):
         ('columns=["colour"]', "unknown column 'colour'"),
         ("datasets=[]", r"at least one \[\[datasets\]\]"),
         ("stream.severity=6", "severity must be in 1..5"),
-        ("stream.n_samples=0", 'n_samples must be an int >= 1 or "all"'),
-        ('stream.n_samples="some"', 'n_samples must be an int >= 1 or "all"'),
+        ("stream.n_samples=0", r'n_samples \(dataset rows per domain\) must be an int >= 1'),
+        ('stream.n_samples="some"', r'n_samples \(dataset rows per domain\) must be an int'),
         ("nonsense", "must look like key=value"),
     ],
 )
@@ -83,3 +86,43 @@ def test_checked_in_paper_grids_parse():
     assert configs, "configs/ holds the paper's grids"
     for path in configs:
         assert load_grid(path).cells()
+
+
+PUBLISHED_METHODS = [m for m in available_methods()
+                     if getattr(method_class(m).Config, "PUBLISHED", None)]
+
+
+def test_some_baselines_have_published_settings():
+    assert {"tent", "eata", "sar", "deyo"} <= set(PUBLISHED_METHODS)
+
+
+DATASET_OF = {"cifar10": "cifar10-c", "cifar100": "cifar100-c", "imagenet": "imagenet-c"}
+
+
+@pytest.mark.parametrize("method, family", [(m, f) for m in PUBLISHED_METHODS
+                                            for f in method_class(m).Config.PUBLISHED])
+def test_the_protocol_reaches_each_methods_config(grid_file, method, family):
+    published = method_class(method).Config.PUBLISHED[family]
+    name = DATASET_OF[family]
+    overrides = [f'methods=["{method}"]', f'datasets=[{{name = "{name}"}}]']
+    grid = load_grid(grid_file, [*overrides, 'protocol="published"'])
+    cell = grid.cells()[0]
+    assert cell.protocol == "published" and dict(cell.options) == published
+    config = dyntta.adapt(tiny_resnet(), method, **dict(cell.options)).config
+    assert {k: getattr(config, k) for k in published} == published
+    assert config != method_class(method).Config()  # the protocol changed something
+    # the default protocol runs the config's defaults; a grid option overrides the protocol's
+    assert load_grid(grid_file, overrides).cells()[0].options == ()
+    explicit = load_grid(grid_file, [*overrides, 'protocol="published"',
+                                     f"options.{method}.lr=0.125"])
+    assert dict(explicit.cells()[0].options) == {**published, "lr": 0.125}
+
+
+def test_protocol_and_family_errors_name_the_problem(grid_file):
+    with pytest.raises(ValueError, match="unknown protocol 'paper'; valid: dyn-paper, published"):
+        load_grid(grid_file, ['protocol="paper"'])
+    with pytest.raises(ValueError, match="unknown family 'svhn'"):
+        load_grid(grid_file, ['datasets=[{name = "npz", path = "x.npz", family = "svhn"}]'])
+    with pytest.raises(ValueError, match="needs the dataset family"):
+        load_grid(grid_file, ['protocol="published"', 'methods=["tent"]',
+                              'datasets=[{name = "npz", path = "x.npz"}]'])

@@ -5,16 +5,19 @@ from __future__ import annotations
 import csv
 import io
 
+import numpy as np
 import pytest
+from scipy import stats
 
 from dyntta.bench.report import table, varying_columns, write_report
+from dyntta.bench.stats import bootstrap_interval
 
 
-def record(method, scenario, acc, seed=0, options=None, batch_size=64):
-    return {
-        "key": f"{method}-{scenario}-{seed}-{batch_size}",
+def record(method, scenario, acc, seed=0, options=None, batch_size=64, hits=None):
+    r = {
+        "key": f"{method}-{scenario}-{seed}-{batch_size}-{options}",
         "accuracy": acc,
-        "per_domain": {"gaussian_noise": acc, "fog": acc / 2},
+        "per_domain": {"gaussian_noise": acc, "fog": acc / 2} if acc is not None else {},
         "config": {
             "dataset": {"name": "digits", "path": None, "checkpoint": None},
             "scenario": scenario, "batch_size": batch_size, "n_domains": 2, "rounds": 1,
@@ -22,6 +25,11 @@ def record(method, scenario, acc, seed=0, options=None, batch_size=64):
             "options": options or {}, "seed": seed,
         },
     }
+    if hits is not None:  # per-batch hits on a stream of 10-sample batches
+        r.update(batch_correct=list(hits), batch_n=[10] * len(hits),
+                 rows_fingerprint=f"{scenario}-{seed}", n_samples=10 * len(hits),
+                 accuracy=sum(hits) / (10 * len(hits)))
+    return r
 
 
 RECORDS = [
@@ -37,25 +45,53 @@ def rows(markdown):
             for line in markdown.splitlines() if line.startswith("| ") and "---" not in line}
 
 
-def test_table_has_groups_means_stds_best_marks_and_averages():
+def test_table_has_groups_means_seed_intervals_best_marks_and_averages():
     markdown, _ = table(RECORDS, ["dataset", "scenario"])
     r = rows(markdown)
     assert r["method"] == ["digits / crossmix", "digits / random", "avg"]
     assert r["source"] == ["30.0", "**40.0**", "35.0"]
     assert r["tent"] == ["50.0", "20.0", "35.0"]
-    assert r["dyn"] == ["**65.0 ± 7.1**", "33.0 ± 4.2", "**49.0**"]  # best average too
+    half = stats.t.ppf(0.975, 1) * np.std([60, 70], ddof=1) / np.sqrt(2)  # t over 2 seeds
+    assert r["dyn"] == [f"**65.0 ± {half:.1f}**", f"33.0 ± {half * 0.6:.1f}", "**49.0**"]
     order = [line.split("|")[1].strip() for line in markdown.splitlines() if line.startswith("| ")]
     assert order.index("*Source*") < order.index("source") < order.index("*Test-time fine-tuning*")
     assert order.index("tent") < order.index("*Test-time normalisation*") < order.index("dyn")
 
 
-def test_csv_is_long_format_with_seed_statistics():
+def test_every_method_tied_with_the_best_is_bold():
+    """Per-batch hits on one stream of 200 batches: dyn is best, tbn one sample ahead or behind
+    at random in some batches (tied), source far behind (not tied)."""
+    rng = np.random.default_rng(0)
+    dyn = rng.binomial(10, 0.6, size=200)
+    tbn = np.clip(dyn + rng.choice([-1, 0, 1], size=200), 0, 10)
+    while tbn.sum() >= dyn.sum():  # make dyn the best by the smallest margin
+        tbn[np.argmax(tbn)] -= 1
+    source = rng.binomial(10, 0.3, size=200)
+    records = [record("dyn", "crossmix", None, hits=dyn), record("tbn", "crossmix", None, hits=tbn),
+               record("source", "crossmix", None, hits=source)]
+    r = rows(table(records)[0])
+    low, high = bootstrap_interval(dyn, [10] * 200)
+    assert r["dyn"][0] == f"**{100 * dyn.mean() / 10:.1f} ± {50 * (high - low):.1f}**"
+    assert r["tbn"][0].startswith("**") and not r["source"][0].startswith("**")
+    # a consistent gap of one sample in every batch is not a tie, however close the means
+    records[1] = record("tbn", "crossmix", None, hits=np.maximum(dyn - 1, 0))
+    assert not rows(table(records)[0])["tbn"][0].startswith("**")
+
+
+def test_csv_is_long_format_with_intervals():
     _, text = table(RECORDS)
     data = list(csv.DictReader(io.StringIO(text)))
     dyn = next(d for d in data if d["method"] == "dyn" and d["scenario"] == "crossmix")
     assert float(dyn["accuracy_mean"]) == pytest.approx(0.65)
-    assert float(dyn["accuracy_std"]) == pytest.approx(0.0707107, rel=1e-5)
+    low, high = stats.t.interval(0.95, 1, loc=0.65, scale=stats.sem([0.6, 0.7]))
+    assert (float(dyn["ci_low"]), float(dyn["ci_high"])) == pytest.approx((low, high))
+    assert dyn["interval"] == "t over seeds" and dyn["tied_with_best"] == "True"
     assert dyn["n_seeds"] == "2" and dyn["group"] == "Test-time normalisation"
+
+
+def test_a_record_without_config_is_named():
+    with pytest.raises(ValueError, match="record 2 has no 'config'"):
+        table([RECORDS[0], {"key": "x", "accuracy": 0.5}])
 
 
 def test_options_make_separate_rows_and_missing_cells_show_a_dash():

@@ -1,18 +1,25 @@
-"""The runner: correct records, resumability, torn-write recovery, worker-count invariance."""
+"""The runner: correct records, provenance, resumability, torn-write recovery, one record per
+cell, worker-count invariance."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 import torch
 
 import dyntta
 from dyntta.bench.config import load_grid
-from dyntta.bench.results import append_record, drop_torn_tail, read_results
+from dyntta.bench.results import append_record, drop_torn_tail, read_results, run_lock
 from dyntta.bench.runner import run_cell, run_grid
 from dyntta.data import make_stream
+from dyntta.models import save_checkpoint
 from tests.bench.helpers import GRID_TOML, tiny_source
+from tests.conftest import tiny_resnet
 
 
 @pytest.fixture
@@ -39,6 +46,22 @@ def test_record_accuracy_equals_an_independent_count(grid):
     assert record["n_samples"] == 120 and record["key"] == cell.key
     assert record["config"]["method"] == "dyn" and record["images_per_s"] > 0
     assert record["peak_memory_mb"] > 0
+    assert record["batch_n"] == [len(b.y) for b in stream]
+    assert sum(record["batch_correct"]) == sum(map(sum, hits.values()))
+
+
+def test_records_carry_their_provenance(grid):
+    source = tiny_source()
+    cells = [c for c in grid.cells() if c.scenario == "crossmix"]
+    records = [run_cell(c, source) for c in cells]
+    for cell, r in zip(cells, records):
+        assert r["checkpoint_sha256"] == "tiny-model" and r["protocol"] == "dyn-paper"
+        assert r["seed"] == cell.seed and r["metric"] == "top-1 accuracy"
+        assert r["evaluation"].startswith("online") and "never reset" in r["evaluation"]
+        assert r["config"]["protocol"] == "dyn-paper" and r["n_samples"] == sum(r["batch_n"])
+    # the fingerprint names the test rows: equal for methods on one stream, not across seeds
+    prints = {(r["config"]["seed"], r["config"]["method"]): r["rows_fingerprint"] for r in records}
+    assert prints[(0, "source")] == prints[(0, "dyn")] != prints[(1, "dyn")]
 
 
 def test_rerun_skips_finished_cells_and_resumes_after_interruption(grid, tmp_path):
@@ -49,7 +72,7 @@ def test_rerun_skips_finished_cells_and_resumes_after_interruption(grid, tmp_pat
     lines = results.read_text().splitlines()
     # Interrupted run: two cells lost, the last record torn in the middle of its line.
     results.write_text("\n".join(lines[:-3]) + "\n" + lines[-3][:40])
-    with pytest.warns(UserWarning, match="incomplete last line"):
+    with pytest.warns(UserWarning, match="line 10 is not a whole JSON record"):
         assert len(read_results(results)) == len(lines) - 3
     again = run_grid(grid, results, progress=False, resolver=tiny_source)
     assert len(results.read_text().splitlines()) == len(lines)
@@ -64,13 +87,61 @@ def test_workers_give_the_same_records_as_one_process(grid, tmp_path):
     assert strip(one) == strip(two)
 
 
-def test_results_file_errors_and_repairs(tmp_path):
+def test_torn_lines_are_skipped_with_a_warning_and_duplicates_count_once(tmp_path):
     path = tmp_path / "r.jsonl"
     append_record(path, {"key": "a", "accuracy": 0.5})
-    path.write_text(path.read_text() + "{not json}\n" + json.dumps({"key": "b"}) + "\n")
-    with pytest.raises(ValueError, match="line 2 is not a JSON record"):
-        read_results(path)
+    path.write_text(path.read_text() + '{"key": "b", "acc\n[1]\n' + json.dumps({"key": "c"})
+                    + "\n" + json.dumps({"key": "a", "accuracy": 0.9}) + "\n")
+    with pytest.warns(UserWarning) as caught:
+        records = read_results(path)
+    assert records == [{"key": "a", "accuracy": 0.5}, {"key": "c"}]
+    messages = [str(w.message) for w in caught]
+    assert any("line 2 is not a whole JSON record" in m for m in messages)
+    assert any("line 3 is not a whole JSON record" in m for m in messages)
+    assert any("line 5 repeats cell a" in m for m in messages)
     path.write_text('{"key": "a"}\n{"key": "b", "acc')
     drop_torn_tail(path)
     assert path.read_text() == '{"key": "a"}\n'
     assert read_results(tmp_path / "missing.jsonl") == []
+
+
+def test_a_run_folder_has_one_writer(tmp_path):
+    results = tmp_path / "results.jsonl"
+    with run_lock(results):
+        with pytest.raises(RuntimeError, match=f"being written by process {os.getpid()}"):
+            with run_lock(results):
+                pass
+    with run_lock(results):  # released
+        pass
+
+
+def test_two_bench_runs_at_once_record_each_cell_once(tmp_path):
+    """Two real ``dyntta bench`` processes on one --out: one refuses with a clear message or both
+    finish, and the results file holds one record per cell either way."""
+    data = np.random.default_rng(0)
+    np.savez(tmp_path / "clean.npz", x=data.integers(0, 256, (16, 32, 32, 3), dtype=np.uint8),
+             y=data.integers(0, 3, 16))
+    save_checkpoint(tiny_resnet(), tmp_path / "tiny.pt", classes=["a", "b", "c"])
+    base = [sys.executable, "-m", "dyntta.cli", "bench", "--dataset", "npz", "--dataset-path",
+            str(tmp_path / "clean.npz"), "--checkpoint", str(tmp_path / "tiny.pt"),
+            "--cache-dir", str(tmp_path / "cache"), "--set", "stream.batch_sizes=[8]",
+            "--set", "stream.n_domains=[3]", "--no-progress"]
+    # build the corrupted set once, so that both processes race on the cells themselves
+    subprocess.run([*base, "--methods", "source", "--set", 'stream.scenarios=["continual"]',
+                    "--out", str(tmp_path / "warm")], check=True, capture_output=True)
+    args = [*base, "--out", str(tmp_path / "run"), "--methods", "source", "tbn", "dyn",
+            "--seeds", "0", "1"]
+    with run_lock(tmp_path / "run" / "results.jsonl"):  # held here: the real command refuses
+        held = subprocess.run(args, capture_output=True, text=True)
+    assert held.returncode == 2 and "Traceback" not in held.stderr
+    assert f"being written by process {os.getpid()}" in held.stderr
+    first, second = (subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True) for _ in range(2))
+    outcomes = [(p.wait(timeout=300), p.stderr.read()) for p in (first, second)]
+    assert any(rc == 0 for rc, _ in outcomes)
+    for rc, err in outcomes:
+        if rc != 0:
+            assert "being written by process" in err and "Traceback" not in err
+    lines = (tmp_path / "run" / "results.jsonl").read_text().splitlines()
+    keys = [json.loads(line)["key"] for line in lines]
+    assert len(keys) == len(set(keys)) == 3 * 3 * 2  # scenarios x methods x seeds

@@ -96,6 +96,7 @@ def test_a_foreign_folder_is_not_written_into(tmp_path):
     "kwargs, match",
     [
         ({"labels": LABELS[:-1]}, "labels"),
+        ({"labels": LABELS - 1}, "labels must be >= 0"),
         ({"images": IMAGES.astype(np.float32)}, "uint8"),
         ({"corruptions": ["rain"]}, "corruptions"),
         ({"corruptions": "fog"}, "corruptions"),
@@ -111,3 +112,33 @@ def test_bad_arguments_raise(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         build_corrupted(**args)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_killed_builds_leftovers_are_removed_by_the_next_build(tmp_path):
+    """SIGKILL leaves what no ``finally`` removes: a half-assembled ``.<name>.npy.<rnd>.tmp``,
+    the parts of a corruption assembled just before the kill, the parts of one not asked for
+    now. The next build removes them and keeps only what it still needs."""
+    out = tmp_path / "set"
+    build_corrupted(IMAGES, LABELS, out, ["contrast"], (1,), progress=False, chunk_size=3)
+    (out / ".contrast.npy.x1y2.tmp").write_bytes(b"half an array")
+    stale = out / ".parts" / "contrast"  # assembled: contrast.npy is whole
+    other = out / ".parts" / "fog"  # a corruption the next build does not ask for
+    keep = out / ".parts" / "gaussian_noise"
+    for folder in (stale, other, keep):
+        folder.mkdir(parents=True)
+        (folder / ".s1-c0.npy.abc.tmp").write_bytes(b"x")
+    part = corrupt(IMAGES[:3], "gaussian_noise", 1,
+                   np.random.SeedSequence([0, CORRUPTIONS.index("gaussian_noise"), 1, 0]))
+    np.save(keep / "s1-c0.npy", part)
+    build_corrupted(IMAGES, LABELS, out, NAMES, (1,), progress=False, chunk_size=3)
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".lock", "contrast.npy", "gaussian_noise.npy", "labels.npy", "meta.json"]
+    assert np.array_equal(load_corrupted(tmp_path, "set").images("gaussian_noise", 1),
+                          expected_block("gaussian_noise", 1))
+
+
+def test_a_warm_build_shows_no_progress_bar(tmp_path, capsys):
+    build_corrupted(IMAGES, LABELS, tmp_path, ["contrast"], (1,), chunk_size=3)
+    assert "make-c" in capsys.readouterr().err
+    build_corrupted(IMAGES, LABELS, tmp_path, ["contrast"], (1,), chunk_size=3)
+    assert capsys.readouterr().err == ""

@@ -93,6 +93,8 @@ def test_models_without_bn_affine_parameters_are_refused(name):
         ({"lr": 0.0}, "lr"),
         ({"momentum": 1.0}, "momentum"),
         ({"weight_decay": -1.0}, "weight_decay"),
+        ({"optimizer": "rmsprop"}, "optimizer.*'sgd'.*'adam'"),  # config type check or __post_init__
+        ({"optimizer": "adam", "nesterov": True}, "nesterov=True is an SGD option"),
     ],
 )
 def test_bad_optimiser_options_raise(name, option, match):

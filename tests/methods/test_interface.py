@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+
 import pytest
 import torch
 from torch import nn
 
 import dyntta
 from dyntta.methods import Method, method_class
+from dyntta.methods.base import matches_hint
 from dyntta.norm import ClusterAwareBatchNorm2d
 from tests.conftest import random_images, tiny_resnet
 
@@ -154,3 +158,39 @@ def test_registry_rejects_nameless_and_duplicate_methods():
 
     with pytest.raises(ValueError, match="already registered"):
         register(Impostor)
+
+
+def test_adapting_an_adapted_model_says_so(tiny_model):
+    with pytest.raises(ValueError, match="the model is already adapted \\(by 'dyn'\\); pass the "
+                       "original model"):
+        dyntta.adapt(dyntta.adapt(tiny_model, "dyn"), "tbn")
+
+
+@pytest.mark.parametrize("method, options, words", [
+    ("dyn", {"alpha": "0.5"}, "option 'alpha' of DYNConfig must be a number, got '0.5' (str)"),
+    ("dyn", {"alpha": True}, "option 'alpha' of DYNConfig must be a number, got True (bool)"),
+    ("dyn", {"mix": "Var"}, "option 'mix' of DYNConfig must be one of 'var', 'std'"),
+    ("dyn", {"unbiased": 1}, "option 'unbiased' of DYNConfig must be true or false, got 1"),
+    ("note", {"memory_size": 2.5}, "option 'memory_size' of NOTEConfig must be an integer"),
+    ("sar", {"frozen": "layer4"}, "option 'frozen' of SARConfig must be a list (each a string)"),
+    ("sar", {"frozen": ["layer4", 4]}, "option 'frozen' of SARConfig must be a list"),
+])
+def test_option_values_of_the_wrong_type_name_the_expected_type(method, options, words,
+                                                                tiny_model):
+    with pytest.raises(ValueError) as info:
+        dyntta.adapt(tiny_model, method, **options)
+    assert words in str(info.value)
+
+
+def test_options_of_the_right_type_pass_ints_for_floats_and_lists_for_tuples(tiny_model):
+    assert dyntta.adapt(tiny_model, "dyn", alpha=1).config.alpha == 1
+    assert dyntta.adapt(tiny_model, "sar", frozen=["layer4"]).config.frozen == ["layer4"]
+
+
+@pytest.mark.parametrize("name", dyntta.available_methods())
+def test_every_default_fits_its_own_type_hint(name):
+    """The check reads the hints: a hint it cannot read would refuse valid options."""
+    config = method_class(name).Config
+    hints = typing.get_type_hints(config)
+    for field in dataclasses.fields(config):
+        assert matches_hint(getattr(config(), field.name), hints[field.name]), field.name

@@ -75,3 +75,18 @@ def test_no_update_before_update_every_samples():
 def test_bad_config_is_rejected(kwargs):
     with pytest.raises(ValueError):
         NOTEConfig(**kwargs)
+
+
+def test_predictions_do_not_depend_on_how_the_stream_is_batched():
+    """The same 150 samples in batches of 150, 64, 10 and 7 (updates every 64 samples fall
+    inside batches differently): the same logits for every sample. This is why NOTE is immune
+    to mixed batches, as the README and ``dyntta methods`` say."""
+    x = random_images(150)
+    outputs = []
+    for size in (150, 64, 10, 7):
+        method = dyntta.adapt(tiny_resnet(), "note")
+        outputs.append(torch.cat([method(x[i : i + size]) for i in range(0, 150, size)]))
+        assert method.seen == 150
+    for out in outputs[1:]:
+        torch.testing.assert_close(out, outputs[0], rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(outputs[0][100:], dyntta.adapt(tiny_resnet(), "note")(x[100:]))

@@ -53,3 +53,18 @@ def test_entropy_decreases_on_a_repeated_batch():
     for _ in range(5):
         after = entropy(tent(x)).mean()
     assert after < before - 1e-3
+
+
+def test_adam_step_equals_the_closed_form_first_adam_step():
+    """TENT's CIFAR setting: Adam(lr, betas=(0.9, 0.999)). The first step moves each parameter
+    by ``lr * g / (|g| + eps)`` (bias-corrected moments equal g and g^2)."""
+    model = tiny_resnet()
+    lr = 1e-3
+    tent = dyntta.adapt(model, "tent", lr=lr, optimizer="adam", nesterov=False)
+    x = random_images(16)
+    tent(x)
+    ref = reference_model(model)
+    params = bn_params(ref)
+    g = grads(entropy(ref(x)).mean(), params)
+    expected = {n: p.detach() - lr * g[n] / (g[n].abs() + 1e-8) for n, p in params.items()}
+    assert_params_equal(tent, expected, rtol=1e-5, atol=1e-7)

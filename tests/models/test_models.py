@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -149,6 +151,49 @@ def test_unreadable_or_missing_checkpoints_are_clear_errors(tmp_path):
         load_checkpoint(tmp_path / "other.pt")
     with pytest.raises(ValueError, match="unknown architecture 'vgg'"):
         load_checkpoint(tmp_path / "other.pt", arch="vgg")
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("module.layer1.0.bn1.running_var", float("nan"), "holds 1 NaN/Inf value"),
+    ("module.bn1.running_var", float("inf"), "holds 1 NaN/Inf value"),
+    ("module.layer2.1.conv1.weight", float("nan"), "holds 1 NaN/Inf value"),
+    ("module.layer3.2.bn2.running_var", -0.5, "holds a negative variance (-0.5)"),
+])
+def test_damaged_checkpoints_are_rejected_at_load_naming_the_tensor(tmp_path, key, value, words):
+    """Without the check these load, and DYN (any BN method) predicts NaN for every sample."""
+    state = {f"module.{k}": v for k, v in build("resnet20").state_dict().items()}
+    state[key].view(-1)[3] = value
+    torch.save({"state_dict": state}, tmp_path / "r.th")
+    with pytest.raises(ValueError, match=re.escape(f"r.th: tensor '{key}' {words}")):
+        load_checkpoint(tmp_path / "r.th")
+    state[key].view(-1)[3] = 0.0 if key.endswith("running_var") else 1.0  # zero variance is fine
+    torch.save({"state_dict": state}, tmp_path / "r.th")
+    assert torch.isfinite(dyntta.adapt(load_checkpoint(tmp_path / "r.th"))(torch.rand(4, 3, 32, 32))).all()
+
+
+def test_read_failures_say_why_in_one_line(tmp_path):
+    """torch.load's own reasons are empty (empty file), a bare number (a text file: '101'), or
+    a page of advice; the error says what the file is instead."""
+    torch.save({"state_dict": build("resnet20").state_dict()}, tmp_path / "good.pt")
+    torch.save(build("resnet20").state_dict(), tmp_path / "legacy.th",
+               _use_new_zipfile_serialization=False)  # pytorch_resnet_cifar10's format
+    whole = tmp_path / "whole.pt"
+    torch.save(build("resnet20"), whole)
+    cases = {
+        b"": "the file is empty",
+        b"hello world\n": "not a file written by torch.save (neither a zip archive nor a pickle)",
+        (tmp_path / "good.pt").read_bytes()[:300]: "damaged or truncated torch file (RuntimeError",
+        (tmp_path / "legacy.th").read_bytes()[:5000]: "the file ends early (truncated?)",
+        (tmp_path / "legacy.th").read_bytes()[:-10]: "damaged or truncated torch file (RuntimeError: unexpected EOF",
+        whole.read_bytes(): "it pickles a Python object (dyntta.models.resnet.ResNet), e.g. a whole model",
+    }
+    for data, words in cases.items():
+        (tmp_path / "bad.pt").write_bytes(data)
+        with pytest.raises(ValueError) as info:
+            load_checkpoint(tmp_path / "bad.pt")
+        message = str(info.value)
+        assert message.startswith(f"{tmp_path / 'bad.pt'} is not a readable torch checkpoint: ")
+        assert words in message and "\n" not in message
 
 
 def test_normalized_rejects_bad_statistics_and_channel_counts():

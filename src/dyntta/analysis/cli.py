@@ -23,7 +23,8 @@ from dyntta.analysis import (
 )
 from dyntta.analysis.clusterings import CLUSTERINGS
 from dyntta.analysis.common import StreamOptions, Subject, read_rows, write_rows
-from dyntta.atomic import write_figure
+from dyntta.arguments import device, non_negative_int, positive_int
+from dyntta.atomic import check_writable, write_figure
 from dyntta.bench.cli import add_source_arguments, source_options
 from dyntta.data import SCENARIOS
 from dyntta.methods.dyn import DYNConfig
@@ -126,17 +127,18 @@ def common_arguments() -> argparse.ArgumentParser:
                       "imagenet-c or npz (see dyntta.bench.sources)")
     data.add_argument("--dataset-path", help="path of --dataset (folder, or .npz for 'npz')")
     add_source_arguments(data)
-    data.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
+    data.add_argument("--device", type=device, default="cpu", help="torch device, e.g. cpu or cuda")
     stream = p.add_argument_group("stream")
     stream.add_argument("--scenario", default="crossmix", choices=SCENARIOS,
                         help="stream scenario (default: crossmix)")
     stream.add_argument("--corruptions", nargs="+", metavar="NAME",
                         help="domains (default: every corruption of the dataset)")
-    stream.add_argument("--severity", type=int, default=5, help="severity 1..5 (default 5)")
-    stream.add_argument("--batch-size", type=int, default=64, help="batch size (default 64)")
+    stream.add_argument("--severity", type=int, default=5, choices=range(1, 6), metavar="S",
+                        help="severity 1..5 (default 5)")
+    stream.add_argument("--batch-size", type=positive_int, default=64, help="batch size (default 64)")
     stream.add_argument("--n-samples", type=_rows, default=DEFAULT_ROWS, metavar="N|all",
                         help=f"dataset rows per domain (default {DEFAULT_ROWS})")
-    stream.add_argument("--seed", type=int, default=0, help="stream seed (default 0)")
+    stream.add_argument("--seed", type=non_negative_int, default=0, help="stream seed (default 0)")
     out = p.add_argument_group("output")
     out.add_argument("--out", default="runs/analysis",
                      help="output folder for <name>.jsonl and <name>.png (default runs/analysis)")
@@ -171,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     results, figure = out / f"{args.analysis}.jsonl", out / f"{args.analysis}.png"
     if not args.plot_only:
+        check_writable(results)  # before the work, not after
         options = StreamOptions(
             scenario=args.scenario,
             corruptions=None if args.corruptions is None else tuple(args.corruptions),

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import sys
 from importlib import resources
 from pathlib import Path
+
+from dyntta.arguments import device, non_negative_int, positive_float, positive_int
 
 DEFAULT_GRID = "default.toml"
 
 
 def add_source_arguments(p: argparse.ArgumentParser) -> None:
     """Options naming where data, checkpoints and caches are (shared with ``dyntta analyze``)."""
-    p.add_argument("--data-dir", help="folder that relative dataset/checkpoint paths start from")
+    p.add_argument("--data-dir", help="folder that relative dataset/checkpoint paths start from "
+                   "(default: the current folder)")
     p.add_argument("--checkpoint", help="source model for every dataset (overrides the grid's)")
     p.add_argument("--cache-dir", help="where built data and trained models are cached "
                    "(default $DYNTTA_CACHE or ~/.cache/dyntta)")
@@ -25,24 +30,42 @@ def source_options(args: argparse.Namespace):
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    from dyntta.bench.sources import DATASETS
+
     p.add_argument("--config", help="grid file (TOML, see configs/); default: the embedded "
                    "digits grid laid out like the paper's Table 1")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a grid field, e.g. --set stream.batch_sizes=[16,64]")
     p.add_argument("--methods", nargs="+", help="run only these methods")
-    p.add_argument("--seeds", nargs="+", type=int, help="seeds (override the grid's)")
-    p.add_argument("--dataset", help="replace the grid's datasets by this one (see sources.py); "
+    p.add_argument("--seeds", nargs="+", type=non_negative_int, help="seeds (override the grid's)")
+    p.add_argument("--protocol", choices=("dyn-paper", "published"),
+                   help="baseline hyper-parameters: the DYN paper's shared setting (default) or "
+                   "each method's own published ones (overrides the grid's)")
+    p.add_argument("--dataset", help=f"replace the grid's datasets by this one ({', '.join(DATASETS)}); "
                    "with the embedded grid, every row of it is used unless stream.n_samples is set")
     p.add_argument("--dataset-path", help="path of --dataset (folder, or .npz for 'npz')")
     add_source_arguments(p)
     p.add_argument("--out", help="run folder (default runs/<grid title>)")
-    p.add_argument("--workers", type=int, default=1, help="parallel worker processes")
-    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
+    p.add_argument("--workers", type=positive_int, default=1, help="parallel worker processes")
+    p.add_argument("--device", type=device, default="cpu", help="torch device, e.g. cpu or cuda")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    # Where cells run (the grid's [executor] table; these flags override it).
+    p.add_argument("--executor", choices=("process", "slurm"), help="process: here or "
+                   "--workers local processes (default); slurm: one Slurm job per cell (submitit)")
+    p.add_argument("--slurm-partition", help="Slurm partition (default: the cluster's default)")
+    p.add_argument("--slurm-time", type=int, help="time limit per cell in minutes (default 60)")
+    p.add_argument("--gpus-per-cell", type=int, help="GPUs per Slurm job (default 0)")
+    p.add_argument("--cpus-per-cell", type=int, help="CPUs (and torch threads) per Slurm job "
+                   "(default 1)")
+    p.add_argument("--array-parallelism", type=int, help="Slurm jobs running at once (default 64)")
+
+EXECUTOR_FLAGS = ("slurm_partition", "slurm_time", "gpus_per_cell", "cpus_per_cell",
+                  "array_parallelism")
 
 
 def run_bench(args: argparse.Namespace) -> int:
     from dyntta.bench.config import load_grid
+    from dyntta.bench.executors import CellsFailed
     from dyntta.bench.report import table, write_report
     from dyntta.bench.runner import run_grid
 
@@ -54,6 +77,10 @@ def run_bench(args: argparse.Namespace) -> int:
         overrides.append(f"methods={args.methods!r}".replace("'", '"'))
     if args.seeds:
         overrides.append(f"seeds={args.seeds}")
+    if args.protocol:
+        overrides.append(f'protocol="{args.protocol}"')
+    executor = {"kind": args.executor, **{k: getattr(args, k) for k in EXECUTOR_FLAGS}}
+    overrides += [f"executor.{k}={json.dumps(v)}" for k, v in executor.items() if v is not None]
     if args.dataset:
         path = f', path = "{args.dataset_path}"' if args.dataset_path else ""
         overrides.append(f'datasets=[{{name = "{args.dataset}"{path}}}]')
@@ -63,11 +90,19 @@ def run_bench(args: argparse.Namespace) -> int:
         with resources.as_file(resources.files("dyntta.bench") / DEFAULT_GRID) as path:
             grid = load_grid(path, overrides)
     out = Path(args.out or Path("runs") / slug(grid.title))
-    records = run_grid(grid, out / "results.jsonl", source_options(args), args.workers,
-                       args.device, progress=not args.no_progress)
+    try:
+        records = run_grid(grid, out / "results.jsonl", source_options(args), args.workers,
+                           args.device, progress=not args.no_progress)
+    except CellsFailed as exc:
+        print(f"dyntta bench: {exc}\nthe other cells are in {out / 'results.jsonl'}; the same "
+              "command again runs only the missing cells", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"the finished cells are kept in {out / 'results.jsonl'}; run "
+                                "the same command again to resume") from None
     write_report(records, out, grid.title)
     print(f"# {grid.title}\n")
-    print(table(records, list(grid.columns))[0])
+    print(table(records, grid.columns)[0])
     print(f"results and report in {out}/")
     return 0
 
@@ -76,19 +111,21 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--npz", help="training set as .npz with x uint8 (N, H, W, 3) and y labels "
                    "(default: the embedded digits training split)")
     p.add_argument("--arch", default="resnet20", help="architecture (see dyntta.models)")
-    p.add_argument("--epochs", type=int, default=15)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=positive_int, default=15)
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--lr", type=positive_float, default=0.1)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--out", required=True, help="checkpoint file to write")
     p.add_argument("--no-progress", action="store_true")
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from dyntta.atomic import check_writable
     from dyntta.bench.train import train_classifier
     from dyntta.data import load_digits_split, load_npz
     from dyntta.models import save_checkpoint
 
+    check_writable(args.out)  # before training, not after
     if args.npz:
         x, y = load_npz(args.npz, "training set")
     else:
@@ -105,9 +142,15 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="folder for table.md, table.csv and plots (default: beside it)")
     p.add_argument("--columns", nargs="+", help="table columns (default: the fields that vary)")
     p.add_argument("--title", default="dyntta benchmark")
+    p.add_argument("--paper", nargs="?", const="", metavar="CSV",
+                   help="also print published accuracies beside ours for the cells that match "
+                   "(written to paper.md): the DYN paper's (the file shipped in the package) or "
+                   "those of CSV (columns: see dyntta.bench.paper)")
 
 
 def run_report(args: argparse.Namespace) -> int:
+    from dyntta.atomic import write_atomic
+    from dyntta.bench.paper import PUBLISHED, comparison, published_rows
     from dyntta.bench.report import table, write_report
     from dyntta.bench.results import read_results
 
@@ -115,8 +158,14 @@ def run_report(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise FileNotFoundError(f"results file not found: {path}")
     records = read_results(path)
-    written = write_report(records, Path(args.out or path.parent), args.title)
+    out = Path(args.out or path.parent)
+    written = write_report(records, out, args.title)
     print(table(records, args.columns)[0])
+    if args.paper is not None:
+        text = comparison(records, published_rows(args.paper or PUBLISHED))
+        write_atomic(out / "paper.md", f"# {args.title}: the DYN paper beside ours\n\n{text}")
+        written.append(out / "paper.md")
+        print(text)
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
 

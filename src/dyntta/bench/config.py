@@ -4,8 +4,9 @@ A grid file has these tables (every key optional except where noted; an unknown 
 
     title = "Table 1"
     seeds = [0]
+    protocol = "dyn-paper"                      # or "published" (see dyntta.bench.protocols)
     methods = ["source", "tbn", "dyn"]          # default: every registered method
-    columns = ["dataset", "scenario"]           # report layout: what the table's columns are
+    columns = ["dataset", "scenario"]           # table columns (default: the fields that vary)
 
     [stream]                                    # each list is a grid axis
     scenarios = ["crossmix", "random", "shuffle"]
@@ -14,15 +15,27 @@ A grid file has these tables (every key optional except where noted; an unknown 
     rounds = [1]
     deltas = [0.01]                             # only used by scenario "wild"
     severity = 5
-    n_samples = 1000                            # rows of the test set used (default: "all")
+    n_samples = 1000                            # dataset rows per domain, NOT test images: the same
+                                                # rows in every domain, so a CrossMix stream tests
+                                                # n_samples x n_domains images (default: "all")
 
     [[datasets]]                                # at least one
     name = "cifar10-c"                          # see dyntta.bench.sources.DATASETS
     path = "CIFAR-10-C"                         # relative to --data-dir unless absolute
     checkpoint = "resnet50-cifar10.pt"          # relative to --data-dir unless absolute
+    family = "cifar10"                          # cifar10 / cifar100 / imagenet (for "published";
+                                                # implied by the cifar*/imagenet-c/digits names)
 
     [options.dyn]                               # per-method options (the method's Config fields)
     alpha = 0.8
+
+    [executor]                                  # where cells run (see dyntta.bench.executors)
+    kind = "process"                            # or "slurm": one Slurm job per cell (submitit)
+    slurm_partition = "gpu"                     # default: the cluster's default partition
+    slurm_time = 60                             # minutes per cell
+    gpus_per_cell = 0
+    cpus_per_cell = 1                           # also the torch threads of a cell
+    array_parallelism = 64                      # cells running at once
 
 Command-line overrides use dotted keys with TOML values: ``stream.batch_sizes=[16, 64]``.
 """
@@ -42,28 +55,48 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from dyntta.bench.protocols import DATASET_FAMILIES, FAMILIES, PROTOCOLS, protocol_options
 from dyntta.data import SCENARIOS
 from dyntta.methods import available_methods, method_class
 from dyntta.methods.base import config_from_options
 
-TOP_KEYS = {"title", "seeds", "methods", "columns", "stream", "datasets", "options"}
+TOP_KEYS = {"title", "seeds", "methods", "columns", "stream", "datasets", "options", "protocol",
+            "executor"}
 STREAM_KEYS = {"scenarios", "batch_sizes", "n_domains", "rounds", "deltas", "severity", "n_samples"}
-DATASET_KEYS = {"name", "path", "checkpoint"}
+DATASET_KEYS = {"name", "path", "checkpoint", "family"}
+EXECUTORS = ("process", "slurm")
 COLUMN_KEYS = ("dataset", "scenario", "batch_size", "n_domains", "rounds", "delta", "severity")
 
 
 @dataclasses.dataclass(frozen=True)
 class DatasetEntry:
-    """A dataset of the grid: its kind, where its files are and which model to adapt."""
+    """A dataset of the grid: its kind, where its files are, which model to adapt and its family
+    (``cifar10`` / ``cifar100`` / ``imagenet``: which published hyper-parameters apply)."""
 
     name: str
     path: str | None = None
     checkpoint: str | None = None
+    family: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutorSpec:
+    """Where the cells run: ``process`` (here, or ``--workers`` local processes) or ``slurm``
+    (one job per cell through submitit). ``slurm_time`` is in minutes; ``slurm_partition`` None
+    is the cluster's default; ``cpus_per_cell`` is also each job's torch thread count."""
+
+    kind: str = "process"
+    slurm_partition: str | None = None
+    slurm_time: int = 60
+    gpus_per_cell: int = 0
+    cpus_per_cell: int = 1
+    array_parallelism: int = 64
 
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
-    """One run: a stream of one dataset, one method with its options, one seed."""
+    """One run: a stream of one dataset, one method with its options (those of ``protocol``
+    and the grid's), one seed."""
 
     dataset: DatasetEntry
     scenario: str
@@ -76,6 +109,7 @@ class Cell:
     method: str
     options: tuple[tuple[str, Any], ...]
     seed: int
+    protocol: str
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -105,7 +139,9 @@ class Grid:
     severity: int
     n_samples: int | None
     options: dict[str, dict[str, Any]]
-    columns: tuple[str, ...]
+    columns: tuple[str, ...] | None
+    protocol: str
+    executor: ExecutorSpec = ExecutorSpec()
 
     def cells(self) -> list[Cell]:
         """Every cell of the grid, datasets outermost, seeds innermost."""
@@ -115,10 +151,12 @@ class Grid:
         ):
             for delta in self.deltas if scenario == "wild" else (None,):
                 for method, seed in itertools.product(self.methods, self.seeds):
-                    opts = tuple(sorted(self.options.get(method, {}).items()))
+                    opts = {**protocol_options(method, self.protocol, ds.family),
+                            **self.options.get(method, {})}
+                    config_from_options(method_class(method).Config, opts)  # valid together
                     out.append(
                         Cell(ds, scenario, b, nd, r, delta, self.severity, self.n_samples,
-                             method, opts, seed)
+                             method, tuple(sorted(opts.items())), seed, self.protocol)
                     )
         return out
 
@@ -168,19 +206,26 @@ def parse_grid(raw: dict[str, Any], where: str = "grid") -> Grid:
         check_keys(d, DATASET_KEYS, f"{where} datasets[{i}]")
         if "name" not in d:
             raise ValueError(f"{where} datasets[{i}]: 'name' is required")
-        entries.append(DatasetEntry(**d))
+        family = d.get("family", DATASET_FAMILIES.get(d["name"]))
+        if family is not None and family not in FAMILIES:
+            raise ValueError(f"{where} datasets[{i}]: unknown family {family!r}; valid: "
+                             f"{', '.join(FAMILIES)}")
+        entries.append(DatasetEntry(**{**d, "family": family}))
     methods = tuple(raw.get("methods", available_methods()))
     for m in methods:
         method_class(m)  # raises with the valid names
     options = raw.get("options", {})
-    for m, opts in options.items():
-        config_from_options(method_class(m).Config, opts)  # validates names and values
+    for m in options:
+        method_class(m)  # raises with the valid names; values are checked per cell below
     scenarios = tuple(stream.get("scenarios", ("crossmix", "random", "shuffle")))
     for s in scenarios:
         if s not in SCENARIOS:
             raise ValueError(f"{where}: unknown scenario {s!r}; valid: {', '.join(SCENARIOS)}")
-    columns = tuple(raw.get("columns", ("dataset", "scenario")))
-    for c in columns:
+    protocol = raw.get("protocol", "dyn-paper")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"{where}: unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
+    columns = tuple(raw["columns"]) if "columns" in raw else None
+    for c in columns or ():
         if c not in COLUMN_KEYS:
             raise ValueError(f"{where}: unknown column {c!r}; valid: {', '.join(COLUMN_KEYS)}")
     grid = Grid(
@@ -197,10 +242,33 @@ def parse_grid(raw: dict[str, Any], where: str = "grid") -> Grid:
         n_samples=row_count(stream.get("n_samples", "all"), where),
         options={m: dict(o) for m, o in options.items()},
         columns=columns,
+        protocol=protocol,
+        executor=parse_executor(raw.get("executor", {}), where),
     )
     if not 1 <= grid.severity <= 5:
         raise ValueError(f"{where}: severity must be in 1..5, got {grid.severity}")
+    try:
+        grid.cells()
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
     return grid
+
+
+def parse_executor(table: Any, where: str) -> ExecutorSpec:
+    """Validate the ``[executor]`` table (see :class:`ExecutorSpec`)."""
+    where = f"{where} [executor]"
+    check_keys(table, {f.name for f in dataclasses.fields(ExecutorSpec)}, where)
+    spec = ExecutorSpec(**table)
+    if spec.kind not in EXECUTORS:
+        raise ValueError(f"{where}: unknown kind {spec.kind!r}; valid: {', '.join(EXECUTORS)}")
+    if spec.slurm_partition is not None and not isinstance(spec.slurm_partition, str):
+        raise ValueError(f"{where}: slurm_partition must be a string, got {spec.slurm_partition!r}")
+    for name, low in (("slurm_time", 1), ("gpus_per_cell", 0), ("cpus_per_cell", 1),
+                      ("array_parallelism", 1)):
+        value = getattr(spec, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{where}: {name} must be an int >= {low}, got {value!r}")
+    return spec
 
 
 def check_keys(table: Any, allowed: set[str], where: str) -> None:
@@ -216,11 +284,12 @@ def as_list(value: Any) -> list:
 
 
 def row_count(value: Any, where: str) -> int | None:
-    """``n_samples``: a number of test rows >= 1, or ``"all"`` (None)."""
+    """``n_samples``: dataset rows used per domain (>= 1), or ``"all"`` (None)."""
     if value == "all":
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f'{where}: n_samples must be an int >= 1 or "all", got {value!r}')
+        raise ValueError(f'{where}: n_samples (dataset rows per domain) must be an int >= 1 or '
+                         f'"all", got {value!r}')
     return value
 
 

@@ -3,8 +3,11 @@
 The table follows the paper's Table 1: methods as rows, grouped into test-time fine-tuning
 (methods that take a backward pass) and test-time normalisation; columns are the combinations of
 the configuration fields that vary across the records (dataset x scenario for Table 1, batch
-size, number of domains, delta, rounds ...); a last column averages them; the best mean of each
-column is in bold. Accuracies are in %; with several seeds a cell reads ``mean ± std``.
+size, number of domains, delta, rounds ...); a last column averages them. Accuracies are in %,
+each as ``mean ± h`` with ``h`` half the width of its 95% interval (:mod:`dyntta.bench.stats`:
+a bootstrap over test batches for one seed, Student's t over seeds for several). In every
+column the best method and every method statistically tied with it are in bold (a paired
+bootstrap test of the difference, see :mod:`dyntta.bench.stats`).
 """
 
 from __future__ import annotations
@@ -21,9 +24,22 @@ import numpy as np
 
 from dyntta.atomic import write_atomic, write_figure
 from dyntta.bench.config import COLUMN_KEYS
+from dyntta.bench.stats import bootstrap_interval, difference_interval, seed_interval
 from dyntta.methods import method_class
 
 GROUPS = ("Source", "Test-time fine-tuning", "Test-time normalisation")
+REQUIRED = ("config", "accuracy")
+
+
+def check_records(records: list[dict[str, Any]]) -> None:
+    """Raise ``ValueError`` naming the first record that is not a ``dyntta bench`` result."""
+    if not records:
+        raise ValueError("no records to report")
+    for i, r in enumerate(records, 1):
+        missing = [k for k in REQUIRED if k not in r]
+        if missing:
+            raise ValueError(f"record {i} has no {' or '.join(map(repr, missing))}: not a "
+                             "result of dyntta bench")
 
 
 def method_label(config: dict[str, Any]) -> str:
@@ -55,30 +71,80 @@ def group_of(method: str) -> str:
 
 
 def aggregate(records: list[dict[str, Any]], columns: list[str]) -> dict:
-    """``{(method_label, column_tuple): [accuracy per seed]}``."""
-    cells: dict[tuple, list[float]] = defaultdict(list)
+    """``{(method_label, column_tuple): [record per seed, by seed]}``."""
+    cells: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
         c = r["config"]
-        cells[(method_label(c), tuple(column_value(c, f) for f in columns))].append(r["accuracy"])
+        cells[(method_label(c), tuple(column_value(c, f) for f in columns))].append(r)
+    for runs in cells.values():
+        runs.sort(key=lambda r: r["config"].get("seed", 0))
     return cells
+
+
+def has_batches(runs: list[dict]) -> bool:
+    return all("batch_correct" in r and "batch_n" in r for r in runs)
+
+
+def batches(runs: list[dict]) -> tuple[list, list]:
+    return [r["batch_correct"] for r in runs], [r["batch_n"] for r in runs]
+
+
+def interval(runs: list[dict]) -> tuple[float, float, str] | None:
+    """95% interval of the mean accuracy of ``runs`` (one per seed), and how it was made."""
+    if len(runs) > 1:
+        return (*seed_interval([r["accuracy"] for r in runs]), "t over seeds")
+    if has_batches(runs):
+        return (*bootstrap_interval(*(v[0] for v in batches(runs))), "bootstrap over batches")
+    return None
+
+
+def same_streams(a: list[dict], b: list[dict]) -> bool:
+    """Whether two methods' runs tested on the same rows in the same batches, seed by seed."""
+    def streams(runs):
+        return [(r["config"].get("seed"), r.get("rows_fingerprint"), r["batch_n"]) for r in runs]
+    return all("rows_fingerprint" in r for r in a + b) and streams(a) == streams(b)
+
+
+def tied(best: list[dict], other: list[dict]) -> bool:
+    """Whether ``other``'s mean accuracy is statistically indistinguishable from ``best``'s
+    (the 95% interval of their difference contains 0; equal means without batch data)."""
+    if not (has_batches(best) and has_batches(other)):
+        return bool(np.isclose(mean_accuracy(best), mean_accuracy(other)))
+    low, _ = difference_interval(batches(best), batches(other), paired=same_streams(best, other))
+    return low <= 0
+
+
+def mean_accuracy(runs: list[dict]) -> float:
+    return float(np.mean([r["accuracy"] for r in runs]))
+
+
+def percent(value: float, bounds: tuple[float, float, str] | None) -> str:
+    text = f"{100 * value:.1f}"
+    return text if bounds is None else f"{text} ± {50 * (bounds[1] - bounds[0]):.1f}"
 
 
 def table(records: list[dict[str, Any]], columns: list[str] | None = None) -> tuple[str, str]:
     """The Markdown table and the CSV (long format) of ``records``."""
-    if not records:
-        raise ValueError("no records to report")
-    columns = columns or varying_columns(records)
+    check_records(records)
+    columns = list(columns or varying_columns(records))
     cells = aggregate(records, columns)
     methods = sorted({m for m, _ in cells}, key=lambda m: (GROUPS.index(group_of(m.split("(")[0])),
                                                           m))
     keys = sorted({k for _, k in cells}, key=lambda k: json.dumps(k))
-    means = {mk: 100 * float(np.mean(v)) for mk, v in cells.items()}
-    best = {k: max(means[(m, k)] for m in methods if (m, k) in means) for k in keys}
-    averages = {m: float(np.mean([means[(m, k)] for k in keys])) for m in methods
-                if all((m, k) in means for k in keys)}  # only methods with every column
+    best = {k: max((m for m in methods if (m, k) in cells),
+                   key=lambda m: mean_accuracy(cells[(m, k)])) for k in keys}
+    bold = {(m, k) for (m, k), runs in cells.items() if tied(cells[(best[k], k)], runs)}
+    complete = [m for m in methods if all((m, k) in cells for k in keys)]
+    # the average column: every (column, seed) run of a method, so the same machinery applies
+    overall = {m: [r for k in keys for r in cells[(m, k)]] for m in complete}
+    top = max(complete, key=lambda m: mean_accuracy(overall[m]), default=None)
+    n_images = sorted({r.get("n_samples") for r in records}, key=str)
+    n_seeds = sorted({len(runs) for runs in cells.values()})
     header = ["method", *[" / ".join(str(v) for v in k) for k in keys], "avg"]
-    lines = [f"columns: {' / '.join(columns)}; accuracy (%)", "",
-             "| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
+    lines = [f"columns: {' / '.join(columns)}; accuracy (%) ± half-width of its 95% interval; "
+             f"bold: the best and every method tied with it; test images per run: "
+             f"{', '.join(map(str, n_images))}; seeds per cell: {', '.join(map(str, n_seeds))}",
+             "", "| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
     group = None
     for m in methods:
         g = group_of(m.split("(")[0])
@@ -90,21 +156,23 @@ def table(records: list[dict[str, Any]], columns: list[str] | None = None) -> tu
             if (m, k) not in cells:
                 row.append("–")
                 continue
-            acc = 100 * np.asarray(cells[(m, k)])
-            text = f"{acc.mean():.1f}" + (f" ± {acc.std(ddof=1):.1f}" if len(acc) > 1 else "")
-            row.append(f"**{text}**" if np.isclose(acc.mean(), best[k]) else text)
-        if m not in averages:
+            runs = cells[(m, k)]
+            text = percent(mean_accuracy(runs), interval(runs))
+            row.append(f"**{text}**" if (m, k) in bold else text)
+        if m not in overall:
             row.append("–")
         else:
-            text = f"{averages[m]:.1f}"
-            row.append(f"**{text}**" if np.isclose(averages[m], max(averages.values())) else text)
+            text = f"{100 * mean_accuracy(overall[m]):.1f}"
+            row.append(f"**{text}**" if tied(overall[top], overall[m]) else text)
         lines.append("| " + " | ".join(row) + " |")
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["method", "group", *columns, "accuracy_mean", "accuracy_std", "n_seeds"])
-    for (m, k), v in sorted(cells.items(), key=lambda item: json.dumps(item[0])):
-        std = float(np.std(v, ddof=1)) if len(v) > 1 else 0.0
-        writer.writerow([m, group_of(m.split("(")[0]), *k, float(np.mean(v)), std, len(v)])
+    writer.writerow(["method", "group", *columns, "accuracy_mean", "ci_low", "ci_high",
+                     "interval", "n_seeds", "n_samples", "tied_with_best"])
+    for (m, k), runs in sorted(cells.items(), key=lambda item: json.dumps(item[0])):
+        low, high, how = interval(runs) or (None, None, "none")
+        writer.writerow([m, group_of(m.split("(")[0]), *k, mean_accuracy(runs), low, high, how,
+                         len(runs), sum(r.get("n_samples", 0) for r in runs), (m, k) in bold])
     return "\n".join(lines) + "\n", buf.getvalue()
 
 
@@ -126,7 +194,7 @@ def plot_against(records: list[dict[str, Any]], field: str, path: Path, title: s
         cells = aggregate(chosen, [field])
         for m in sorted({m for m, _ in cells}):
             xs = sorted(k[0] for mm, k in cells if mm == m)
-            ys = [100 * np.mean(cells[(m, (x,))]) for x in xs]
+            ys = [100 * mean_accuracy(cells[(m, (x,))]) for x in xs]
             ax.plot(xs, ys, marker="o", label=m)
         if field == "batch_size":
             ax.set_xscale("log", base=2)
@@ -179,6 +247,7 @@ def write_report(records: Iterable[dict[str, Any]], out_dir: str | os.PathLike,
                  title: str = "dyntta benchmark") -> list[Path]:
     """Write table.md, table.csv and the plots that the records support; return the paths."""
     records = list(records)
+    check_records(records)
     out = Path(out_dir)
     markdown, csv_text = table(records)
     written = [out / "table.md", out / "table.csv"]

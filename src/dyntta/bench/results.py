@@ -1,38 +1,52 @@
-"""The results file: one JSON record per finished cell, appended as cells finish (JSON lines)."""
+"""The results file: one JSON record per finished cell, appended as cells finish (JSON lines).
+
+A run folder is owned by one process at a time (:func:`run_lock`), and readers keep one record
+per cell key, so a cell is never counted twice.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from dyntta.atomic import write_atomic
 
 
 def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """All complete records of a results file ([] if it does not exist).
+    """The complete records of a results file, one per cell key ([] if there is no file).
 
-    A last line without its newline is what an interrupted write leaves; it is skipped with a
-    warning (its cell counts as unfinished). Any other unreadable line is an error naming it.
+    A line that is not a JSON object (a torn write: an interrupted append, a disk that filled
+    up) is skipped with a warning naming it; its cell counts as unfinished and a re-run redoes
+    it. A second record of a cell key already read is skipped with a warning (the first wins).
     """
     path = Path(path)
     if not path.exists():
         return []
-    text = path.read_text()
-    lines = text.split("\n")
-    records = []
-    for number, line in enumerate(lines, 1):
+    records, seen = [], set()
+    for number, line in enumerate(path.read_text(errors="replace").split("\n"), 1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            if number == len(lines):  # the final line has no newline: a torn write
-                warnings.warn(f"{path}: ignoring the incomplete last line {number}", stacklevel=2)
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if not isinstance(record, dict):
+            warnings.warn(f"{path}: line {number} is not a whole JSON record; skipped (a re-run "
+                          "of the same command redoes its cell)", stacklevel=2)
+            continue
+        key = record.get("key")
+        if key is not None:
+            if key in seen:
+                warnings.warn(f"{path}: line {number} repeats cell {key}; only its first record "
+                              "counts", stacklevel=2)
                 continue
-            raise ValueError(f"{path}: line {number} is not a JSON record: {exc}") from exc
+            seen.add(key)
+        records.append(record)
     return records
 
 
@@ -58,3 +72,36 @@ def append_record(path: str | os.PathLike, record: dict[str, Any]) -> None:
 
 def finished_keys(records: Iterable[dict[str, Any]]) -> set[str]:
     return {r["key"] for r in records if "key" in r}
+
+
+class RunFolderBusy(RuntimeError):
+    """Another process is writing the results file."""
+
+
+@contextlib.contextmanager
+def run_lock(results: str | os.PathLike) -> Iterator[None]:
+    """Hold the run folder of ``results`` for this process (an advisory ``flock`` on
+    ``<results>.lock``, released when the process ends, even when it is killed).
+
+    Raises :class:`RunFolderBusy` naming the holder's PID when another process holds it.
+    """
+    lock = Path(f"{results}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise RunFolderBusy(
+                f"{results} is being written by process {holder}: wait for it to finish or "
+                "give another --out (a re-run of the same command resumes where it stopped)"
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -1,15 +1,23 @@
 """Run the cells of a grid: one stream, one method, one seed each; one record per cell.
 
 Records go to a JSON-lines results file as cells finish; a re-run skips the cells already there
-(resumable), and an interrupted run loses at most the cells in progress. Cells are independent
-and seeded, so running them in parallel worker processes gives the same records.
+(resumable), and an interrupted run loses at most the cells in progress. One process at a time
+owns a results file (a lock), so no cell is recorded twice. Cells are independent and seeded,
+so running them in parallel worker processes or as cluster jobs gives the same records;
+wherever they run, this process alone appends to the results file.
+
+Every record carries its provenance: the cell's full configuration (with the protocol), the
+checkpoint's sha256, a fingerprint of the test rows streamed, the evaluation policy, the metric,
+hits and sizes of every batch (for the intervals of :mod:`dyntta.bench.stats`), versions and the
+git revision.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import contextlib
 import dataclasses
-import multiprocessing
+import hashlib
+import json
 import os
 import platform
 import resource
@@ -24,9 +32,19 @@ from tqdm.auto import tqdm
 
 import dyntta
 from dyntta.bench.config import Cell, DatasetEntry, Grid
-from dyntta.bench.results import append_record, drop_torn_tail, finished_keys, read_results
-from dyntta.bench.sources import Source, SourceOptions, resolve_source
-from dyntta.data import make_stream
+from dyntta.bench.executors import CellsFailed, Executor, Failure, make_executor
+from dyntta.bench.results import (
+    append_record,
+    drop_torn_tail,
+    finished_keys,
+    read_results,
+    run_lock,
+)
+from dyntta.bench.sources import Source, SourceOptions, cache_root, resolve_source
+from dyntta.data import Stream, make_stream
+
+EVALUATION = "online: each batch predicted before the method adapts on it, one pass, never reset"
+METRIC = "top-1 accuracy"
 
 
 def versions() -> dict[str, str]:
@@ -62,6 +80,17 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def rows_fingerprint(stream: Stream) -> str:
+    """sha256 (16 hex digits) of what the stream tests on: per batch, the dataset rows, their
+    domains (corruption, severity) and labels, in order."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps([(d.corruption, d.severity) for d in stream.domains]).encode())
+    for plan in stream.plan:
+        digest.update(np.ascontiguousarray(plan, dtype=np.int64).tobytes())
+        digest.update(stream.dataset.labels[plan[:, 0]].astype(np.int64).tobytes())
+    return digest.hexdigest()[:16]
+
+
 def run_cell(cell: Cell, source: Source, device: str = "cpu", progress: bool = False) -> dict:
     """Adapt ``source.model`` with ``cell.method`` along the cell's stream; return its record."""
     dev = torch.device(device)
@@ -81,6 +110,7 @@ def run_cell(cell: Cell, source: Source, device: str = "cpu", progress: bool = F
     n_domains = len(stream.domains)
     correct = torch.zeros(n_domains, dtype=torch.long)
     seen = torch.zeros(n_domains, dtype=torch.long)
+    batch_correct, batch_n = [], []
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     start = time.perf_counter()
@@ -90,6 +120,8 @@ def run_cell(cell: Cell, source: Source, device: str = "cpu", progress: bool = F
         hit = (logits.argmax(1).cpu() == batch.y).long()
         correct += torch.bincount(batch.domain, weights=hit, minlength=n_domains).long()
         seen += torch.bincount(batch.domain, minlength=n_domains)
+        batch_correct.append(int(hit.sum()))
+        batch_n.append(len(hit))
     wall = time.perf_counter() - start
     n = int(seen.sum())
     return {
@@ -102,6 +134,14 @@ def run_cell(cell: Cell, source: Source, device: str = "cpu", progress: bool = F
         },
         "n_samples": n,
         "n_batches": len(stream),
+        "batch_correct": batch_correct,
+        "batch_n": batch_n,
+        "metric": METRIC,
+        "evaluation": EVALUATION,
+        "protocol": cell.protocol,
+        "seed": cell.seed,
+        "checkpoint_sha256": source.checkpoint_sha256,
+        "rows_fingerprint": rows_fingerprint(stream),
         "wall_s": wall,
         "images_per_s": n / wall,
         "peak_memory_mb": peak_memory_mb(dev),
@@ -124,10 +164,22 @@ def source_for(cell: Cell, resolver: Resolver, options: SourceOptions, progress:
     return _SOURCES[key]
 
 
-def _run_in_worker(cell: Cell, resolver: Resolver, options: SourceOptions, device: str,
-                   threads: int) -> dict:
-    torch.set_num_threads(threads)
-    return run_cell(cell, source_for(cell, resolver, options, False), device)
+@dataclasses.dataclass(frozen=True)
+class CellJob:
+    """Runs one cell wherever an executor puts it (picklable): resolves the cell's source once
+    per process, sets ``threads`` torch threads if given, returns the cell's record."""
+
+    resolver: Resolver
+    options: SourceOptions
+    device: str = "cpu"
+    threads: int | None = None
+    progress: bool = False
+
+    def __call__(self, cell: Cell) -> dict:
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
+        source = source_for(cell, self.resolver, self.options, self.progress)
+        return run_cell(cell, source, self.device, self.progress)
 
 
 def run_grid(
@@ -138,23 +190,41 @@ def run_grid(
     device: str = "cpu",
     progress: bool = True,
     resolver: Resolver = resolve_source,
+    executor: Executor | None = None,
 ) -> list[dict]:
     """Run every unfinished cell of ``grid``, appending records to ``results``.
 
     Args:
-        grid: the cells to run.
-        results: the JSON-lines results file (created or appended to).
+        grid: the cells to run; ``grid.executor`` says where (see :mod:`dyntta.bench.executors`).
+        results: the JSON-lines results file (created or appended to); this process is its only
+            writer, whatever the executor.
         options: where data, checkpoints and caches are.
-        workers: parallel worker processes (1: run here).
+        workers: parallel worker processes (1: run here) for the ``process`` executor.
         device: torch device for the methods.
         progress: show progress bars.
         resolver: ``(dataset entry, options, progress) -> Source``; :func:`resolve_source`.
+        executor: overrides the one ``grid.executor`` and ``workers`` ask for.
 
     Returns all records of the results file that belong to the grid's cells.
+    Raises :class:`~dyntta.bench.executors.CellsFailed` after the other cells finished if some
+    failed (a re-run runs only those).
     """
     results = Path(results)
-    results.parent.mkdir(parents=True, exist_ok=True)
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    with run_lock(results):
+        run_unfinished(grid, results, options, workers, device, progress, resolver, executor)
+    keys = {c.key for c in grid.cells()}
+    return [r for r in read_results(results) if r.get("key") in keys]
+
+
+def run_unfinished(grid: Grid, results: Path, options: SourceOptions, workers: int, device: str,
+                   progress: bool, resolver: Resolver, executor: Executor | None) -> None:
+    """Run the cells of ``grid`` without a record in ``results`` (which the caller holds)."""
     options = dataclasses.replace(options, severities=(grid.severity,))
+    if executor is None:
+        executor = make_executor(grid.executor, workers, results.parent / "slurm",
+                                 cache_root(options))
     drop_torn_tail(results)
     done = finished_keys(read_results(results))
     cells = grid.cells()
@@ -162,26 +232,18 @@ def run_grid(
     stamp = {"versions": versions(), "git_revision": git_revision(), "grid": grid.title}
     bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc=grid.title,
                disable=not progress, unit="cell")
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    if workers == 1:
-        for cell in todo:
-            source = source_for(cell, resolver, options, progress)
-            append_record(results, {**run_cell(cell, source, device, progress), **stamp})
+    for cell in todo:  # build caches (training, corrupted sets) once, before any worker or job
+        source_for(cell, resolver, options, progress)
+    in_here = executor.threads is None  # this process: progress bars, threads left alone
+    job = CellJob(resolver, options, device, executor.threads, progress and in_here)
+    failures = []
+    with contextlib.closing(executor.map(job, todo)) as outcomes:
+        for cell, outcome in outcomes:
+            if isinstance(outcome, Failure):
+                failures.append(outcome)
+            else:
+                append_record(results, {**outcome, **stamp})
             bar.update()
-    else:
-        for cell in todo:  # build caches (training, corrupted sets) once, before the workers
-            source_for(cell, resolver, options, progress)
-        threads = max(1, torch.get_num_threads() // workers)
-        context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-            futures = [
-                pool.submit(_run_in_worker, cell, resolver, options, device, threads)
-                for cell in todo
-            ]
-            for future in concurrent.futures.as_completed(futures):
-                append_record(results, {**future.result(), **stamp})
-                bar.update()
     bar.close()
-    keys = {c.key for c in cells}
-    return [r for r in read_results(results) if r.get("key") in keys]
+    if failures:
+        raise CellsFailed(failures)

@@ -3,9 +3,10 @@
 Dataset kinds (``DatasetEntry.name``):
 
 - ``digits``: the embedded default. scikit-learn's digits (upsampled to 32x32 RGB, fixed split);
-  a ResNet-20 is trained on its training part once (seeded, cached) and its test part is
-  corrupted by the 15 CIFAR-10-C corruptions at the severities asked for (cached). Needs no
-  download.
+  the ResNet-20 shipped with the package (:data:`DIGITS_MODEL`, trained on its training part by
+  ``dyntta train``, so every machine adapts the same weights; ``--checkpoint`` replaces it) and
+  its test part corrupted by the 15 CIFAR-10-C corruptions at the severities asked for (cached).
+  Needs no download.
 - ``cifar10-c`` / ``cifar100-c``: a published set in the CIFAR-10-C layout
   (``<path>/<corruption>.npy``, ``labels.npy``); ``path`` defaults to ``CIFAR-10-C`` /
   ``CIFAR-100-C`` under ``--data-dir``. Needs a checkpoint.
@@ -14,7 +15,7 @@ Dataset kinds (``DatasetEntry.name``):
 - ``npz``: a clean test set in an ``.npz`` (``x`` uint8 (N, H, W, 3), ``y`` labels), corrupted
   here once (the severities asked for) and cached (e.g. ``../shared/data/cifar10-test-jpeg.npz``). Needs a checkpoint.
 
-Relative paths are resolved against ``--data-dir``; caches live in ``--cache-dir`` (default
+Relative paths are resolved against ``--data-dir`` (default: the current folder); caches live in ``--cache-dir`` (default
 ``$DYNTTA_CACHE`` or ``~/.cache/dyntta``).
 """
 
@@ -27,7 +28,6 @@ from pathlib import Path
 from torch import nn
 
 from dyntta.bench.config import DatasetEntry
-from dyntta.bench.train import train_classifier
 from dyntta.data import (
     SEVERITIES,
     CorruptedDataset,
@@ -35,16 +35,17 @@ from dyntta.data import (
     default_cache_dir,
     load_corrupted,
     load_digits_c,
-    load_digits_split,
     load_npz,
 )
-from dyntta.models import load_checkpoint, save_checkpoint
+from dyntta.data.datasets import check_labels
+from dyntta.models import load_checkpoint
 
 DATASETS = ("digits", "cifar10-c", "cifar100-c", "imagenet-c", "npz")
 DEFAULT_FOLDERS = {"cifar10-c": "CIFAR-10-C", "cifar100-c": "CIFAR-100-C", "imagenet-c": "ImageNet-C"}
 
-DIGITS_TRAINING = {"arch": "resnet20", "epochs": 15, "seed": 0}
-"""How the embedded default's source model is trained (part of its cache key)."""
+DIGITS_MODEL = "models/digits-resnet20.pt"
+"""The embedded default's source model, in the package (``dyntta train --out ...`` with its
+defaults: ResNet-20, 15 epochs, seed 0; see the README for its sha256)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,19 +67,18 @@ class Source:
     dataset: CorruptedDataset
     model: nn.Module
     model_name: str
+    checkpoint_sha256: str
 
 
 def cache_root(options: SourceOptions) -> Path:
     return Path(options.cache_dir) if options.cache_dir else default_cache_dir()
 
 
-def resolve_path(path: str, options: SourceOptions, what: str) -> Path:
+def resolve_path(path: str, options: SourceOptions) -> Path:
+    """``path`` itself if absolute, else under ``options.data_dir`` (default: the current
+    folder)."""
     p = Path(path).expanduser()
-    if not p.is_absolute():
-        if options.data_dir is None:
-            raise ValueError(f"{what} {path!r} is relative: give --data-dir (the folder holding it)")
-        p = Path(options.data_dir).expanduser() / p
-    return p
+    return p if p.is_absolute() else Path(options.data_dir or ".").expanduser() / p
 
 
 def resolve_source(
@@ -87,43 +87,47 @@ def resolve_source(
     """Open the dataset of ``entry`` and load (or train, for ``digits``) its source model."""
     if entry.name not in DATASETS:
         raise ValueError(f"unknown dataset {entry.name!r}; valid: {', '.join(DATASETS)}")
-    if entry.name == "digits":
-        return digits_source(options, progress)
     checkpoint = options.checkpoint or entry.checkpoint
-    if checkpoint is None:
+    if checkpoint is None and entry.name != "digits":
         raise ValueError(f"dataset {entry.name!r} needs a model: give --checkpoint PATH")
-    checkpoint_path = resolve_path(checkpoint, options, "checkpoint")
+    if checkpoint is None:
+        checkpoint_path = Path(__file__).parent / DIGITS_MODEL
+    else:
+        checkpoint_path = resolve_path(checkpoint, options)
     model = load_checkpoint(checkpoint_path)
-    if entry.name == "npz":
+    classes = model.net.get_submodule(model.net.head).out_features
+    if entry.name == "digits":
+        dataset = load_digits_c(cache_root(options), severities=options.severities,
+                                progress=progress)
+    elif entry.name == "npz":
         if entry.path is None:
             raise ValueError("dataset 'npz' needs path = the .npz file of clean test images")
-        dataset = corrupted_npz(resolve_path(entry.path, options, "dataset"), options, progress)
+        dataset = corrupted_npz(resolve_path(entry.path, options), options, progress, classes)
     else:
-        folder = resolve_path(entry.path or DEFAULT_FOLDERS[entry.name], options, "dataset")
+        folder = resolve_path(entry.path or DEFAULT_FOLDERS[entry.name], options)
         if not folder.is_dir():
             layout = ("<corruption>/<severity>/<wnid>/*.JPEG" if entry.name == "imagenet-c"
                       else "<corruption>.npy and labels.npy")
             raise FileNotFoundError(f"{entry.name}: folder {folder} not found (expected {layout})")
         dataset = load_corrupted(folder.parent, folder.name)
-    return Source(entry.name, dataset, model, checkpoint_path.name)
+    check_labels(dataset.labels, f"dataset {entry.name!r} with {checkpoint_path.name}", classes)
+    return Source(entry.name, dataset, model, checkpoint_path.name, file_sha256(checkpoint_path))
 
 
-def digits_source(options: SourceOptions, progress: bool) -> Source:
-    """The embedded default: digits, a cached seeded ResNet-20 and the cached DIGITS-C."""
-    cache = cache_root(options)
-    train_x, train_y = load_digits_split()[:2]
-    t = DIGITS_TRAINING
-    checkpoint = cache / "digits" / f"source-{t['arch']}-e{t['epochs']}-seed{t['seed']}.pt"
-    if not checkpoint.is_file():
-        model = train_classifier(train_x, train_y, progress=progress, **t)
-        save_checkpoint(model, checkpoint, classes=[str(k) for k in range(10)])
-    dataset = load_digits_c(cache, severities=options.severities, progress=progress)
-    return Source("digits", dataset, load_checkpoint(checkpoint), checkpoint.name)
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
-def corrupted_npz(path: Path, options: SourceOptions, progress: bool) -> CorruptedDataset:
-    """Corrupt the clean ``x``/``y`` of an .npz once; cached by the file's content hash."""
+def corrupted_npz(path: Path, options: SourceOptions, progress: bool,
+                  num_classes: int) -> CorruptedDataset:
+    """Corrupt the clean ``x``/``y`` of an .npz once (labels checked against the model's
+    ``num_classes`` first); cached by the file's content hash."""
     x, y = load_npz(path, "npz dataset")
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    check_labels(y, str(path), num_classes)
+    digest = file_sha256(path)[:12]
     out = cache_root(options) / "built" / f"{path.stem}-C-{digest}"
     return build_corrupted(x, y, out, severities=options.severities, seed=0, progress=progress)

@@ -9,6 +9,7 @@ import torch
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
+from dyntta.data.datasets import check_labels
 from dyntta.models import Normalized, ResNet, ResNetSpec
 from dyntta.models.resnet import ARCHITECTURES
 
@@ -55,8 +56,12 @@ def train_classifier(
     """
     if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
         raise ValueError(f"images must be uint8 (N, H, W, 3), got {images.dtype} {images.shape}")
+    check_labels(labels, "training labels")
     if len(labels) != len(images):
         raise ValueError(f"{len(images)} images but {len(labels)} labels")
+    if epochs < 1 or batch_size < 2 or not lr > 0:
+        raise ValueError(f"training needs epochs >= 1, batch_size >= 2 (BN) and lr > 0; got "
+                         f"epochs={epochs}, batch_size={batch_size}, lr={lr}")
     num_classes = int(labels.max()) + 1
     torch.manual_seed(seed)
     spec = ARCHITECTURES.get(arch) if isinstance(arch, str) else arch

@@ -7,10 +7,15 @@ written to a temporary name and renamed, so an interrupted build leaves only who
 rerun with the same arguments skips finished corruptions and parts and produces the same bytes.
 ``meta.json`` records what the folder was built from; a rerun with other inputs or settings is
 refused rather than mixed in.
+
+Builds of one folder take turns (a ``flock`` on ``<out>/.lock``); each starts by removing what a
+killed build left behind: temporary files and the parts of corruptions it does not build now.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -23,11 +28,19 @@ from tqdm import tqdm
 
 from dyntta.atomic import atomic_path
 from dyntta.data.corruptions import CORRUPTIONS, RECIPES, corrupt, recipe_for
-from dyntta.data.datasets import LABELS_FILE, META_FILE, SEVERITIES, NpyCorruptedDataset, check_images
+from dyntta.data.datasets import (
+    LABELS_FILE,
+    META_FILE,
+    SEVERITIES,
+    NpyCorruptedDataset,
+    check_images,
+    check_labels,
+)
 from dyntta.data.frost import SOURCES as FROST_SOURCES
 
 FORMAT = "dyntta-corrupted/1"
 PARTS = ".parts"
+LOCK = ".lock"
 
 
 def save_npy(path: Path, array: np.ndarray) -> None:
@@ -79,11 +92,9 @@ def build_corrupted(
     """
     check_images(images, "images")
     labels = np.asarray(labels)
-    if labels.shape != (len(images),) or not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(
-            f"labels must be integers of shape ({len(images)},) like images, got shape "
-            f"{labels.shape} dtype {labels.dtype}"
-        )
+    check_labels(labels, "labels")
+    if len(labels) != len(images):
+        raise ValueError(f"{len(images)} images but {len(labels)} labels")
     unknown = [c for c in corruptions if c not in CORRUPTIONS]
     if unknown or not corruptions or isinstance(corruptions, str):
         raise ValueError(f"corruptions must be names from {', '.join(CORRUPTIONS)}; got {corruptions!r}")
@@ -101,39 +112,66 @@ def build_corrupted(
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
 
     out = Path(out_dir)
-    meta = {
-        "format": FORMAT,
-        "n": len(images),
-        "shape": [h, w],
-        "severities": severities,
-        "seed": seed,
-        "recipe": recipe,
-        "frost_textures": frost_textures,
-        "chunk_size": chunk_size,
-        "fingerprint": fingerprint(images, labels),
-    }
-    _claim(out, meta)
-    save_npy(out / LABELS_FILE, np.tile(labels.astype(np.int64), len(severities)))
+    with _turn(out):
+        meta = {
+            "format": FORMAT,
+            "n": len(images),
+            "shape": [h, w],
+            "severities": severities,
+            "seed": seed,
+            "recipe": recipe,
+            "frost_textures": frost_textures,
+            "chunk_size": chunk_size,
+            "fingerprint": fingerprint(images, labels),
+        }
+        _claim(out, meta)
+        save_npy(out / LABELS_FILE, np.tile(labels.astype(np.int64), len(severities)))
 
-    starts = range(0, len(images), chunk_size)
-    todo = [c for c in corruptions if not _complete(out / f"{c}.npy", len(severities) * len(images))]
-    bar = tqdm(total=len(todo) * len(severities) * len(starts), disable=not progress, unit="chunk", desc="make-c")
-    with bar:
-        for name in todo:
-            parts = out / PARTS / name
-            for severity in severities:
-                bar.set_postfix_str(f"{name} s{severity}")
-                for chunk, start in enumerate(starts):
-                    part = parts / f"s{severity}-c{chunk}.npy"
-                    if not part.is_file():
-                        key = np.random.SeedSequence([seed, CORRUPTIONS.index(name), severity, chunk])
-                        batch = images[start : start + chunk_size]
-                        save_npy(part, corrupt(batch, name, severity, key, recipe, frost_textures))
-                    bar.update()
-            _assemble(out / f"{name}.npy", parts, severities, len(starts), images.shape)
-    if (out / PARTS).is_dir() and not any((out / PARTS).iterdir()):
-        (out / PARTS).rmdir()
+        starts = range(0, len(images), chunk_size)
+        todo = [c for c in corruptions if not _complete(out / f"{c}.npy", len(severities) * len(images))]
+        _clean_leftovers(out, todo)
+        bar = tqdm(total=len(todo) * len(severities) * len(starts), disable=not progress or not todo,
+                   unit="chunk", desc="make-c")
+        with bar:
+            for name in todo:
+                parts = out / PARTS / name
+                for severity in severities:
+                    bar.set_postfix_str(f"{name} s{severity}")
+                    for chunk, start in enumerate(starts):
+                        part = parts / f"s{severity}-c{chunk}.npy"
+                        if not part.is_file():
+                            key = np.random.SeedSequence([seed, CORRUPTIONS.index(name), severity, chunk])
+                            batch = images[start : start + chunk_size]
+                            save_npy(part, corrupt(batch, name, severity, key, recipe, frost_textures))
+                        bar.update()
+                _assemble(out / f"{name}.npy", parts, severities, len(starts), images.shape)
+        if (out / PARTS).is_dir() and not any((out / PARTS).iterdir()):
+            (out / PARTS).rmdir()
     return NpyCorruptedDataset(out)
+
+
+@contextlib.contextmanager
+def _turn(out: Path):
+    """Hold ``out`` for one build: wait while another process builds it."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _clean_leftovers(out: Path, todo: Sequence[str]) -> None:
+    """Remove what a killed build left: temporary files (``.<name>.<random>.tmp``, see
+    :func:`dyntta.atomic.atomic_path`) and the part folders of corruptions not in ``todo``."""
+    for tmp in out.glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+    parts = out / PARTS
+    if parts.is_dir():
+        for folder in parts.iterdir():
+            if folder.name not in todo:
+                shutil.rmtree(folder)
 
 
 def _claim(out: Path, meta: dict) -> None:

@@ -52,13 +52,7 @@ class CorruptedDataset:
         num_classes: int | None = None,
     ) -> None:
         labels = np.asarray(labels)
-        if labels.ndim != 1 or labels.size == 0 or not np.issubdtype(labels.dtype, np.integer):
-            raise ValueError(
-                f"{name}: labels must be a non-empty 1-D integer array, "
-                f"got shape {labels.shape} dtype {labels.dtype}"
-            )
-        if labels.min() < 0:
-            raise ValueError(f"{name}: labels must be >= 0, got minimum {labels.min()}")
+        check_labels(labels, name)
         bad = [s for s in severities if s not in SEVERITIES]
         if bad or not severities:
             raise ValueError(f"{name}: severities must be a non-empty subset of 1..5, got {severities}")
@@ -265,6 +259,24 @@ def load_npz(path: str | os.PathLike, what: str = "npz file") -> tuple[np.ndarra
         if missing:
             raise ValueError(f"{path}: missing arrays {sorted(missing)}; it holds {archive.files}")
         return archive["x"], archive["y"]
+
+
+def check_labels(labels: np.ndarray, what: str, num_classes: int | None = None) -> None:
+    """Raise ``ValueError`` unless ``labels`` is a non-empty 1-D integer array with values in
+    ``0 .. num_classes - 1`` (``>= 0`` if ``num_classes`` is None)."""
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.size == 0 or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(
+            f"{what}: labels must be a non-empty 1-D integer array, "
+            f"got shape {labels.shape} dtype {labels.dtype}"
+        )
+    if labels.min() < 0:
+        raise ValueError(f"{what}: labels must be >= 0 (class indices), got {labels.min()}")
+    if num_classes is not None and labels.max() >= num_classes:
+        raise ValueError(
+            f"{what}: labels go up to {labels.max()} but the model has {num_classes} classes "
+            f"(0..{num_classes - 1}); use a model trained on these classes"
+        )
 
 
 def check_images(array, what: str, rows: int | None = None) -> None:

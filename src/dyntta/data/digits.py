@@ -14,7 +14,6 @@ from typing import Sequence
 
 import numpy as np
 from PIL import Image
-from sklearn.datasets import load_digits
 
 from dyntta.data.build import build_corrupted
 from dyntta.data.corruptions import CORRUPTIONS
@@ -31,6 +30,8 @@ def default_cache_dir() -> Path:
 
 def digits_rgb() -> tuple[np.ndarray, np.ndarray]:
     """All 1,797 digits as (N, 32, 32, 3) uint8 images and (N,) int64 labels."""
+    from sklearn.datasets import load_digits  # imported on use: slow to import
+
     digits = load_digits()
     small = np.rint(digits.images * (255.0 / 16.0)).astype(np.uint8)
     large = np.stack([

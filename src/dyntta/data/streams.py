@@ -34,14 +34,16 @@ indices, which undoes the mixing; DYN's ``_intra_non_iid_shift2`` maps them corr
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import torch
 
 from dyntta.data.corruptions import CORRUPTIONS
-from dyntta.data.datasets import CorruptedDataset
+from dyntta.data.datasets import CorruptedDataset, LazyImageFiles
 
 DEFAULT_DELTA = 0.01
 """Dirichlet concentration of ``wild`` when none is given: ``--non_iid_ness`` default (0.01) of the
@@ -51,6 +53,11 @@ MIN_CHUNK = 1
 """Smallest Dirichlet chunk accepted (DYN's ``_intra_non_iid_shift2``: 1; TTAB/NOTE use 5)."""
 
 MAX_ATTEMPTS = 1000
+
+LAZY_PREFETCH = 2
+"""Batches decoded ahead in background threads when images are decoded on read (ImageNet-C's
+JPEG files) and no ``prefetch`` is given; memory-mapped and in-memory sets read fast enough
+in the consumer's thread (0)."""
 
 
 class Domain(NamedTuple):
@@ -225,6 +232,9 @@ class Stream:
         domains: tuple of :class:`Domain`; ``Batch.domain`` indexes it.
         plan: tuple of (B_i, 2) int64 arrays, one per batch, columns (dataset row, domain index).
         scenario, batch_size, rounds, seed, delta: how the plan was made.
+        prefetch: batches gathered (decoded) ahead of the consumer by as many background
+            threads while iterating; 0 gathers each batch when asked. At most ``prefetch + 1``
+            batches are held. Batches are identical either way.
     """
 
     def __init__(
@@ -237,6 +247,7 @@ class Stream:
         rounds: int,
         seed: int,
         delta: float | None,
+        prefetch: int | None = None,
     ) -> None:
         self.dataset = dataset
         self.domains = tuple(domains)
@@ -250,6 +261,12 @@ class Stream:
         shapes = {tuple(images.shape[1:]) for images in self._images}
         if len(shapes) != 1:
             raise ValueError(f"domains of {dataset.name} have different image shapes: {sorted(shapes)}")
+        if prefetch is None:
+            lazy = any(isinstance(images, LazyImageFiles) for images in self._images)
+            prefetch = LAZY_PREFETCH if lazy else 0
+        if isinstance(prefetch, bool) or not isinstance(prefetch, (int, np.integer)) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0 (batches decoded ahead), got {prefetch!r}")
+        self.prefetch = int(prefetch)
 
     def __len__(self) -> int:
         return len(self.plan)
@@ -280,9 +297,20 @@ class Stream:
         )
 
     def __iter__(self) -> Iterator[Batch]:
-        for index in range(len(self)):
-            yield self[index]
-
+        if self.prefetch == 0:
+            for index in range(len(self)):
+                yield self[index]
+            return
+        # Workers read, decode (PIL releases the GIL) and convert whole batches.
+        pool = ThreadPoolExecutor(self.prefetch, thread_name_prefix="dyntta-prefetch")
+        pending: collections.deque[Future] = collections.deque()
+        try:
+            for index in range(len(self)):
+                while len(pending) < self.prefetch + 1 and index + len(pending) < len(self):
+                    pending.append(pool.submit(self.__getitem__, index + len(pending)))
+                yield pending.popleft().result()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 def make_stream(
     dataset: CorruptedDataset,
@@ -295,6 +323,7 @@ def make_stream(
     seed: int = 0,
     delta: float | None = None,
     n_samples: int | None = None,
+    prefetch: int | None = None,
 ) -> Stream:
     """Plan a dynamic test stream over corrupted domains of ``dataset``.
 
@@ -311,6 +340,9 @@ def make_stream(
         delta: Dirichlet concentration of ``wild`` (default 0.01); an error for other scenarios.
         n_samples: use this many dataset rows (drawn once from ``seed``, the same rows in every
             domain and round); default all rows.
+        prefetch: batches decoded ahead in background threads while iterating (see
+            :class:`Stream`); default :data:`LAZY_PREFETCH` for sets decoded on read
+            (ImageNet-C's JPEGs), else 0. Does not change the batches.
     """
     if scenario not in PLANNERS:
         raise ValueError(f"unknown scenario {scenario!r}; expected one of {', '.join(SCENARIOS)}")
@@ -338,7 +370,8 @@ def make_stream(
         for child in children[1:]
         for batch in PLANNERS[scenario](pool, np.random.default_rng(child))
     ]
-    return Stream(dataset, domains, plan, scenario, int(batch_size), int(rounds), seed, delta)
+    return Stream(dataset, domains, plan, scenario, int(batch_size), int(rounds), seed, delta,
+                  prefetch)
 
 
 def _domain_names(corruptions: Sequence[str] | None, n_domains: int | None) -> list[str]:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, ClassVar
+import types
+import typing
+from typing import Any, ClassVar, Literal, Union
 
 import torch
 from torch import nn
@@ -41,6 +43,11 @@ class Method(nn.Module):
         super().__init__()
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if isinstance(model, Method):
+            raise ValueError(
+                f"the model is already adapted (by {model.name!r}); pass the original model, "
+                "or call .reset() on the adapted one to restore its source state"
+            )
         if config is None:
             config = self.Config()
         if not isinstance(config, self.Config):
@@ -88,13 +95,59 @@ def check_batch(x: torch.Tensor) -> None:
 
 
 def config_from_options(config_cls: type, options: dict[str, Any]) -> Any:
-    """Build ``config_cls(**options)``, naming the valid fields when an option is unknown."""
+    """Build ``config_cls(**options)``, naming the valid fields when an option is unknown and
+    the expected type when a value does not match the field's type hint."""
     fields = {f.name for f in dataclasses.fields(config_cls)}
     unknown = sorted(set(options) - fields)
     if unknown:
         valid = ", ".join(sorted(fields)) or "none"
         raise ValueError(f"unknown option(s) {unknown} for {config_cls.__name__}; valid: {valid}")
+    hints = typing.get_type_hints(config_cls)
+    for name, value in options.items():
+        if not matches_hint(value, hints[name]):
+            raise ValueError(
+                f"option {name!r} of {config_cls.__name__} must be {describe_hint(hints[name])}, "
+                f"got {value!r} ({type(value).__name__})"
+            )
     return config_cls(**options)
+
+
+def matches_hint(value: Any, hint: Any) -> bool:
+    """Whether ``value`` fits the type hint of a config field: ``float`` takes ints too, ``int``
+    and ``float`` refuse ``bool``, ``tuple[X, ...]`` takes a list (TOML has no tuples)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if hint in (int, float):
+        numbers = (int,) if hint is int else (int, float)
+        return isinstance(value, numbers) and not isinstance(value, bool)
+    if origin is Literal:
+        return any(type(value) is type(a) and value == a for a in args)
+    if origin in (Union, types.UnionType):
+        return any(matches_hint(value, a) for a in args)
+    if origin is tuple:
+        if not isinstance(value, (tuple, list)):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(matches_hint(v, args[0]) for v in value)
+        return len(value) == len(args) and all(map(matches_hint, value, args))
+    if hint is None or hint is type(None):
+        return value is None
+    return isinstance(value, origin or hint)
+
+
+def describe_hint(hint: Any) -> str:
+    """A type hint in words: ``float`` -> "a number", ``Literal["a", "b"]`` -> "one of 'a', 'b'"."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        return "one of " + ", ".join(map(repr, args))
+    if origin in (Union, types.UnionType):
+        return " or ".join(describe_hint(a) for a in args)
+    if origin is tuple:
+        return f"a list (each {describe_hint(args[0])})" if args[-1:] == (Ellipsis,) else str(hint)
+    words = {float: "a number", int: "an integer", bool: "true or false", str: "a string",
+             type(None): "None"}
+    return words.get(hint, getattr(hint, "__name__", str(hint)))
 
 
 def check_unit_interval(name: str, value: float) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Literal
 
 import torch
 from torch import nn
@@ -30,18 +31,27 @@ class SGDConfig:
     """The optimiser shared by the gradient methods.
 
     lr: 1e-4, the DYN paper's shared setting for every backward baseline (batch size 64, SGD).
-    momentum: 0.9, as the TENT, EATA and SAR codes build their SGD (``momentum=0.9``).
+    momentum: 0.9, as the TENT, EATA and SAR codes build their SGD (``momentum=0.9``); with
+        Adam, its first beta (TENT's ``OPTIM.BETA = 0.9``).
     weight_decay: 0, as all three codes.
     nesterov: False, as EATA's and SAR's ``torch.optim.SGD(params, lr, momentum=0.9)``.
+    optimizer: ``"sgd"`` (the DYN paper's shared setting) or ``"adam"``
+        (``Adam(params, lr, betas=(momentum, 0.999), weight_decay)``, TENT's ``setup_optimizer``
+        for ``OPTIM.METHOD = 'Adam'``, its CIFAR setting).
     """
 
     lr: float = 1e-4
     momentum: float = 0.9
     weight_decay: float = 0.0
     nesterov: bool = False
+    optimizer: Literal["sgd", "adam"] = "sgd"
 
     def __post_init__(self):
         check_positive("lr", self.lr)
+        if self.optimizer not in ("sgd", "adam"):
+            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
+        if self.optimizer == "adam" and self.nesterov:
+            raise ValueError("nesterov=True is an SGD option; Adam takes nesterov=False")
         if not 0.0 <= self.momentum < 1.0:
             raise ValueError(f"momentum must lie in [0, 1), got {self.momentum}")
         if not self.weight_decay >= 0:
@@ -50,8 +60,11 @@ class SGDConfig:
             raise ValueError("nesterov=True needs momentum > 0")
 
 
-def make_sgd(params: list[nn.Parameter], config: SGDConfig) -> torch.optim.SGD:
-    """``torch.optim.SGD`` over ``params`` with the settings of ``config`` (no dampening)."""
+def build_optimizer(params: list[nn.Parameter], config: SGDConfig) -> torch.optim.Optimizer:
+    """The optimiser of ``config`` over ``params``: SGD (no dampening) or Adam."""
+    if config.optimizer == "adam":
+        return torch.optim.Adam(params, lr=config.lr, betas=(config.momentum, 0.999),
+                                weight_decay=config.weight_decay)
     return torch.optim.SGD(
         params,
         lr=config.lr,
@@ -128,7 +141,7 @@ class GradientMethod(Method):
         return not set(module_name.split(".")) & set(frozen)
 
     def make_optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
-        return make_sgd(params, self.config)
+        return build_optimizer(params, self.config)
 
     def prepare(self, model: nn.Module) -> nn.Module:
         replace_batchnorm(model, self.make_norm_layer)

@@ -75,7 +75,9 @@ class NOTEConfig(MemoryConfig):
 
 @register
 class NOTE(GradientMethod):
-    """IABN, PBRS memory, entropy minimisation on the memory every 64 samples.
+    """IABN, PBRS memory, entropy minimisation on the memory every 64 samples. Predicts each
+    sample on its own (IABN around the running statistics): predictions do not depend on the
+    batch size or on which samples share a batch, hence immune to mixed batches.
 
     Attributes (cleared by ``reset()``):
         memory: the :class:`PBRS` memory, created at the first batch (it needs the number of

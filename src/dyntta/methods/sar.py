@@ -20,6 +20,7 @@ the host: one ``.tolist()`` per batch, after the update.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, ClassVar
 
 import torch
 
@@ -46,12 +47,24 @@ class SARConfig(SGDConfig):
     frozen: names of child modules whose norm layers are not adapted, ``("layer4",)``: the code
         skips a ResNet's last stage (``collect_params``). A module is frozen when any component of
         its dotted name equals an entry; the CIFAR ResNet-20/26 have no ``layer4``.
+
+    ``PUBLISHED`` (the ``published`` benchmark protocol): ImageNet-C, the authors' code
+    (mr-eggplant/SAR ``main.py``: SAM over ``SGD(lr, momentum=0.9)``, lr 2.5e-4 for ResNet-50
+    at batch >= 32). The authors' code has no CIFAR setting; CIFAR-10-C and CIFAR-100-C take
+    mariodoebler/test-time-adaptation's (``classification/cfgs/cifar10_c/sar.yaml``: lr 1e-3;
+    its SAR builds SAM over SGD with momentum 0.9 whatever ``OPTIM.METHOD`` says).
     """
 
     margin: float = 0.4
     rho: float = 0.05
     reset_constant: float = 0.2
     frozen: tuple[str, ...] = ("layer4",)
+
+    PUBLISHED: ClassVar[dict[str, dict[str, Any]]] = {
+        "cifar10": {"lr": 1e-3},
+        "cifar100": {"lr": 1e-3},
+        "imagenet": {"lr": 2.5e-4},
+    }
 
     def __post_init__(self):
         super().__post_init__()

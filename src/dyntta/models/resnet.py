@@ -126,6 +126,9 @@ ARCHITECTURES: dict[str, ResNetSpec] = {
 class ResNet(nn.Module):
     """A ResNet built from a :class:`ResNetSpec`. Input: (B, 3, H, W)."""
 
+    head = "linear"
+    """Name of the classifier layer."""
+
     def __init__(self, spec: ResNetSpec, num_classes: int = 10) -> None:
         super().__init__()
         self.spec = spec
@@ -157,9 +160,3 @@ class ResNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear(self.features(x))
 
-
-def build(arch: str, num_classes: int = 10) -> ResNet:
-    """Build a named architecture (see ``ARCHITECTURES``), randomly initialised."""
-    if arch not in ARCHITECTURES:
-        raise ValueError(f"unknown architecture {arch!r}; available: {', '.join(ARCHITECTURES)}")
-    return ResNet(ARCHITECTURES[arch], num_classes)

@@ -18,21 +18,15 @@ released code (TaesikGong/NOTE, ``utils/iabn.py``; ``--skip_thres`` default 1 in
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import torch
 from torch import nn
 
 from dyntta.norm.layers import SourceNorm2d
-from dyntta.norm.stats import instance_stats
+from dyntta.norm.stats import instance_stats, shrink_to_reference
 
 Reference = Literal["batch", "running", "mode"]
-
-
-def soft_shrink(d: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
-    """``sign(d) * max(|d| - threshold, 0)`` element-wise; ``threshold`` >= 0 broadcasts."""
-    return d - torch.minimum(torch.maximum(d, -threshold), threshold)
 
 
 def unbiased_batch_stats(
@@ -113,12 +107,7 @@ class InstanceAwareBatchNorm2d(SourceNorm2d):
         if length <= self.skip_threshold:
             return ref_mean, ref_var
         var = var * (length / (length - 1))  # unbiased, as the code's torch.var_mean
-        spread = ref_var + self.eps
-        se_mean = torch.sqrt(spread / length)
-        se_var = spread * math.sqrt(2.0 / (length - 1))
-        mean = ref_mean + soft_shrink(mean - ref_mean, self.k * se_mean)
-        var = torch.relu(ref_var + soft_shrink(var - ref_var, self.k * se_var))
-        return mean, var
+        return shrink_to_reference(mean, var, ref_mean, ref_var, length, self.k, self.eps)
 
     def extra_repr(self) -> str:
         return (

@@ -13,8 +13,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from dyntta.norm.finch import next_level
 from dyntta.norm.lisc import lisc
-from dyntta.norm.stats import batch_stats, cluster_stats, instance_stats
+from dyntta.norm.mixing import shift_weight, size_weight
+from dyntta.norm.stats import batch_stats, cluster_stats, instance_stats, shrink_to_reference
 
 Clustering = Callable[[torch.Tensor], torch.Tensor]
 """Maps instance means (B, C) to (B,) integer cluster labels; equal labels share a cluster."""
@@ -50,8 +52,11 @@ def normalize(
     return (x * scale.reshape(shape)).add_(shift.reshape(shape))
 
 
-def mix(source: torch.Tensor, target: torch.Tensor, alpha: float) -> torch.Tensor:
-    """``alpha * source + (1 - alpha) * target``; ``alpha`` is the weight of the source.
+def mix(
+    source: torch.Tensor, target: torch.Tensor, alpha: float | torch.Tensor
+) -> torch.Tensor:
+    """``alpha * source + (1 - alpha) * target``; ``alpha`` is the weight of the source, a float
+    or a tensor broadcasting against ``target`` (e.g. (B, 1) per sample).
 
     ``torch.lerp`` is exact at both ends: ``alpha = 1`` returns ``source`` bit for bit.
     """
@@ -135,6 +140,9 @@ class AlphaBatchNorm2d(SourceNorm2d):
         return f"{super().extra_repr()}, alpha={self.alpha}"
 
 
+SourceWeight = Literal["fixed", "size", "shift"]
+
+
 class ClusterAwareBatchNorm2d(SourceNorm2d):
     """CABN, DYN's layer: cluster the batch by instance means, normalise each cluster with
     source statistics mixed with the cluster's own.
@@ -153,8 +161,29 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         clustering: maps (B, C) instance means to (B,) labels; ``None`` (default) is LISC
             without its 0..K-1 relabelling, which the statistics do not need.
 
+    Options beyond the paper (issue 12), each off by default, so that the defaults are DYN:
+
+    Args:
+        merge_levels: FINCH partition levels applied after LISC (:func:`~dyntta.norm.finch.
+            next_level`), 0 (DYN). Motivation: LISC makes ~14 clusters of 4-5 samples in a
+            64-image batch of one domain.
+        source_weight: the weight ``a`` of the source statistics, per cluster: ``"fixed"``
+            (``alpha``, DYN), ``"size"`` (Schneider et al.'s ``N / (N + n_k)``, N =
+            ``prior_strength``) or ``"shift"`` (James-Stein shrinkage towards the source, see
+            :mod:`dyntta.norm.mixing`).
+        prior_strength: N of ``source_weight="size"``, in samples; 16.
+        instance_k: ``None`` (DYN) or k >= 0: NOTE's instance-aware rule around the mixed cluster
+            statistics (:func:`~dyntta.norm.stats.shrink_to_reference`, the cluster in place
+            of IABN's batch); 1x1 maps keep the cluster statistics.
+        cluster: ``False`` puts the whole batch (and window) in one cluster: mixed batch
+            statistics, for layers where clustering does not separate domains.
+        window: W > 0 keeps the instance means and variances (no feature maps) of the last W
+            samples seen by the layer, clustered with the current batch and counted in its
+            clusters' statistics; 0 (DYN). Stateful: :meth:`reset_window` empties it.
+
     After each forward, ``last_labels`` holds the (B,) cluster labels of that batch (with the
-    default LISC, ids in 0..B-1 that are equal exactly within a cluster).
+    default LISC, ids in 0..B-1 that are equal exactly within a cluster; with a window, ids over
+    window and batch).
     """
 
     def __init__(
@@ -164,31 +193,109 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         mix: Literal["var", "std"] = "var",
         unbiased: bool = True,
         clustering: Clustering | None = None,
+        merge_levels: int = 0,
+        source_weight: SourceWeight = "fixed",
+        prior_strength: float = 16.0,
+        instance_k: float | None = None,
+        cluster: bool = True,
+        window: int = 0,
     ) -> None:
         super().__init__(bn)
         if mix not in ("var", "std"):
             raise ValueError(f"mix must be 'var' or 'std', got {mix!r}")
+        if merge_levels < 0:
+            raise ValueError(f"merge_levels must be >= 0, got {merge_levels}")
+        if source_weight not in ("fixed", "size", "shift"):
+            raise ValueError(
+                f"source_weight must be 'fixed', 'size' or 'shift', got {source_weight!r}"
+            )
+        if not prior_strength > 0:
+            raise ValueError(f"prior_strength must be > 0 (samples), got {prior_strength}")
+        if instance_k is not None and not instance_k >= 0:
+            raise ValueError(f"instance_k must be None or >= 0, got {instance_k}")
+        if window < 0:
+            raise ValueError(f"window must be >= 0 (samples), got {window}")
         self.alpha = alpha
         self.mix_rule = mix
         self.unbiased = unbiased
         self.clustering = clustering
+        self.merge_levels = merge_levels
+        self.source_weight = source_weight
+        self.prior_strength = prior_strength
+        self.instance_k = instance_k
+        self.cluster = cluster
+        self.window = window
         self.last_labels: torch.Tensor | None = None
+        self.reset_window()
+
+    def reset_window(self) -> None:
+        """Forget the window's instance statistics (no-op without a window)."""
+        self.window_mean: torch.Tensor | None = None
+        self.window_var: torch.Tensor | None = None
+
+    def labels(self, mu: torch.Tensor) -> torch.Tensor:
+        """(N,) cluster labels of detached instance means ``mu: (N, C)``."""
+        if not self.cluster:
+            return torch.zeros(mu.shape[0], dtype=torch.long, device=mu.device)
+        if self.clustering is None:
+            labels = lisc(mu, canonical=False)
+        else:
+            labels = self.clustering(mu)
+        for _ in range(self.merge_levels):
+            labels = next_level(mu, labels)
+        return labels
+
+    def weight_of_source(
+        self, mu: torch.Tensor, cluster_mean: torch.Tensor, labels: torch.Tensor
+    ) -> float | torch.Tensor:
+        """``alpha`` (fixed) or the (N, 1) per-sample source weight of its cluster."""
+        if self.source_weight == "fixed":
+            return self.alpha
+        sizes = (labels[:, None] == labels[None, :]).sum(1, keepdim=True).to(mu.dtype)
+        if self.source_weight == "size":
+            return size_weight(sizes, self.prior_strength)
+        return shift_weight(mu, cluster_mean, sizes, self.running_mean, self.alpha)
 
     def statistics(self, x):
         mu, s2 = instance_stats(x, unbiased=self.unbiased)
-        detached = mu.detach()
-        if self.clustering is None:
-            labels = lisc(detached, canonical=False)
+        b = x.shape[0]
+        if self.window and self.window_mean is not None:
+            all_mu = torch.cat([self.window_mean, mu])
+            all_s2 = torch.cat([self.window_var, s2])
         else:
-            labels = self.clustering(detached)
-        self.last_labels = labels
-        cluster_mean, cluster_var = cluster_stats(mu, s2, labels)
-        mean = mix(self.running_mean, cluster_mean, self.alpha)
+            all_mu, all_s2 = mu, s2
+        labels = self.labels(all_mu.detach())
+        self.last_labels = labels[-b:]
+        cluster_mean, cluster_var = cluster_stats(all_mu, all_s2, labels)
+        a = self.weight_of_source(all_mu.detach(), cluster_mean.detach(), labels)
+        if self.window:
+            self.window_mean = all_mu.detach()[-self.window :]
+            self.window_var = all_s2.detach()[-self.window :]
+            cluster_mean, cluster_var = cluster_mean[-b:], cluster_var[-b:]
+            if not isinstance(a, float):
+                a = a[-b:]
+        mean = mix(self.running_mean, cluster_mean, a)
         if self.mix_rule == "var":
-            var = mix(self.running_var, cluster_var, self.alpha)
+            var = mix(self.running_var, cluster_var, a)
         else:
-            var = mix(self.running_var.sqrt(), cluster_var.sqrt(), self.alpha).square()
+            var = mix(self.running_var.sqrt(), cluster_var.sqrt(), a).square()
+        length = x.shape[2] * x.shape[3]
+        if self.instance_k is not None and length > 1:
+            if not self.unbiased:  # the rule's standard errors assume the unbiased variance
+                s2 = s2 * (length / (length - 1))
+            mean, var = shrink_to_reference(mu, s2, mean, var, length, self.instance_k, self.eps)
         return mean, var
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, alpha={self.alpha}, mix={self.mix_rule!r}"
+        extra = f"{super().extra_repr()}, alpha={self.alpha}, mix={self.mix_rule!r}"
+        options = {
+            "merge_levels": (self.merge_levels, 0),
+            "source_weight": (self.source_weight, "fixed"),
+            "instance_k": (self.instance_k, None),
+            "cluster": (self.cluster, True),
+            "window": (self.window, 0),
+        }
+        changed = [f"{k}={v!r}" for k, (v, default) in options.items() if v != default]
+        if self.source_weight == "size":
+            changed.append(f"prior_strength={self.prior_strength}")
+        return ", ".join([extra, *changed])

@@ -6,6 +6,8 @@ no host round trip.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -71,3 +73,41 @@ def cluster_stats(
     average = same / same.sum(1, keepdim=True)
     cluster_mean = average @ mean
     return cluster_mean, average @ (var + (mean - cluster_mean).square())
+
+
+def soft_shrink(d: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+    """``sign(d) * max(|d| - threshold, 0)`` element-wise; ``threshold`` >= 0 broadcasts."""
+    return d - torch.minimum(torch.maximum(d, -threshold), threshold)
+
+
+def shrink_to_reference(
+    mean: torch.Tensor,
+    var: torch.Tensor,
+    ref_mean: torch.Tensor,
+    ref_var: torch.Tensor,
+    length: int,
+    k: float,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """NOTE's instance-aware rule (IABN, Gong et al., NeurIPS 2022, Sec. 3.1; the released
+    ``utils/iabn.py``): keep each instance statistic only where it leaves the reference by more
+    than ``k`` standard errors, soft-shrunk by that margin.
+
+    ``mean' = ref_mean + softshrink(mean - ref_mean, k * sqrt((ref_var + eps) / L))`` and
+    ``var' = relu(ref_var + softshrink(var - ref_var, k * (ref_var + eps) * sqrt(2 / (L - 1))))``.
+
+    Args:
+        mean, var: (B, C) instance mean and unbiased variance over ``length = H*W`` > 1 positions.
+        ref_mean, ref_var: (C,) or (B, C) reference statistics.
+        k: shrink width in standard errors (>= 0).
+        eps: the BN layer's epsilon.
+
+    Returns:
+        ``(mean', var')``, each (B, C).
+    """
+    spread = ref_var + eps
+    se_mean = torch.sqrt(spread / length)
+    se_var = spread * math.sqrt(2.0 / (length - 1))
+    mean = ref_mean + soft_shrink(mean - ref_mean, k * se_mean)
+    var = torch.relu(ref_var + soft_shrink(var - ref_var, k * se_var))
+    return mean, var

@@ -1,0 +1,254 @@
+"""Where the cells of a grid run: here, in local worker processes, or as Slurm jobs (submitit).
+
+An executor takes a job (a picklable ``cell -> record`` callable) and the unfinished cells and
+yields ``(cell, record)`` or ``(cell, Failure)`` as cells end, in any order. It never writes the
+results file: the driver (:func:`dyntta.bench.runner.run_grid`) appends what it yields, so
+resuming and skipping finished cells work the same everywhere.
+
+Slurm jobs read the caches the driver built (data sets, checkpoints) and write their logs and
+results under the run folder, so both must be on a filesystem the compute nodes share with the
+driver; every job first checks that it sees a marker the driver wrote into the cache folder.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import multiprocessing
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator, Protocol
+
+import torch
+
+from dyntta.bench.config import Cell, ExecutorSpec
+
+Job = Callable[[Cell], dict]
+Outcome = tuple[Cell, "dict | Failure"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """A cell that ended without a record: its key, what happened and where its log is."""
+
+    key: str
+    message: str
+    log: str | None = None
+
+    def __str__(self) -> str:
+        return f"cell {self.key}: {self.message}" + (f" (log: {self.log})" if self.log else "")
+
+
+class CellsFailed(RuntimeError):
+    """Some cells failed (the others finished and were recorded); one line per failure."""
+
+    def __init__(self, failures: list[Failure]):
+        self.failures = failures
+        super().__init__(f"{len(failures)} cell(s) failed:\n" + "\n".join(map(str, failures)))
+
+
+class Executor(Protocol):
+    threads: int | None  # torch threads per cell; None: cells run in this process as it is
+
+    def map(self, job: Job, cells: list[Cell]) -> Iterator[Outcome]: ...
+
+
+class SerialExecutor:
+    """Run the cells one after another in this process (errors propagate as they are)."""
+
+    threads = None
+
+    def map(self, job: Job, cells: list[Cell]) -> Iterator[Outcome]:
+        for cell in cells:
+            yield cell, job(cell)
+
+
+@dataclasses.dataclass
+class ProcessExecutor:
+    """Run the cells in ``workers`` spawned local processes."""
+
+    workers: int
+
+    @property
+    def threads(self) -> int:
+        return max(1, torch.get_num_threads() // self.workers)
+
+    def map(self, job: Job, cells: list[Cell]) -> Iterator[Outcome]:
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(
+            self.workers, mp_context=context, initializer=signal.signal,
+            initargs=(signal.SIGINT, signal.SIG_IGN),  # Ctrl-C stops the driver, not the workers
+        ) as pool:
+            futures = {pool.submit(job, cell): cell for cell in cells}
+            try:
+                for future in concurrent.futures.as_completed(futures):
+                    cell = futures[future]
+                    try:
+                        yield cell, future.result()
+                    except Exception as exc:  # reported with its cell; the other cells go on
+                        yield cell, Failure(cell.key, f"{type(exc).__name__}: {exc}")
+            except KeyboardInterrupt:  # drop the queued cells; the running ones end first
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedCheck:
+    """Wraps a job: fail clearly when the driver's ``marker`` file is not visible here."""
+
+    job: Job
+    marker: Path
+
+    def __call__(self, cell: Cell) -> dict:
+        if not self.marker.is_file():
+            raise FileNotFoundError(
+                f"the cache folder {self.marker.parent} is not visible on {socket.gethostname()}: "
+                "put --cache-dir (and the run folder) on a filesystem the compute nodes share")
+        return self.job(cell)
+
+
+@dataclasses.dataclass
+class SlurmExecutor:
+    """One Slurm job per cell, submitted as one job array through submitit.
+
+    Args:
+        spec: partition, time limit (minutes), GPUs and CPUs per cell, array parallelism.
+        folder: submitit's folder (pickles, logs, results); on a shared filesystem.
+        cache: the cache folder the jobs read; checked for visibility by every job.
+        cluster: submitit's cluster: ``"slurm"``, or ``"local"`` (local processes, for tests).
+        poll_s: seconds between checks of the jobs' states.
+        recheck_s: seconds between asking squeue about jobs that sacct does not know (a queued
+            array task cancelled before it ran, or any job on a cluster without accounting): a
+            job squeue reports ended, or has forgotten, twice in a row without a result failed.
+        log: where the submission line goes (None: nowhere).
+    """
+
+    spec: ExecutorSpec
+    folder: Path
+    cache: Path
+    cluster: str = "slurm"
+    poll_s: float = 1.0
+    recheck_s: float = 15.0
+    log: Any = sys.stderr
+
+    @property
+    def threads(self) -> int:
+        return self.spec.cpus_per_cell
+
+    def map(self, job: Job, cells: list[Cell]) -> Iterator[Outcome]:
+        try:
+            import submitit
+        except ImportError as exc:
+            raise ValueError("the slurm executor needs submitit: pip install 'dyntta[slurm]'") from exc
+        if not cells:
+            return
+        marker = self.cache / ".dyntta-jobs" / uuid.uuid4().hex
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        executor = submitit.AutoExecutor(folder=self.folder / "%j", cluster=self.cluster)
+        s = self.spec
+        executor.update_parameters(
+            name="dyntta", timeout_min=s.slurm_time, gpus_per_node=s.gpus_per_cell,
+            cpus_per_task=s.cpus_per_cell, slurm_array_parallelism=s.array_parallelism,
+            **({"slurm_partition": s.slurm_partition} if s.slurm_partition else {}),
+        )
+        jobs = {}
+        try:
+            with _sigterm_as_interrupt():
+                jobs = dict(zip(executor.map_array(SharedCheck(job, marker), cells), cells))
+                if self.log is not None:
+                    first = next(iter(jobs))
+                    print(f"submitted {len(jobs)} cells as Slurm job array "
+                          f"{first.job_id.split('_')[0]} (logs in {self.folder})", file=self.log)
+                suspects, checked = {}, time.monotonic()
+                while jobs:
+                    for j in [j for j in jobs if j.done()]:
+                        cell = jobs.pop(j)
+                        yield cell, _outcome(j, cell)
+                    if self.cluster == "slurm" and time.monotonic() - checked > self.recheck_s:
+                        gone = _ended_unrecorded([j for j in jobs if j.state == "UNKNOWN"])
+                        for j in set(gone) & set(suspects):
+                            if not j.done():
+                                cell = jobs.pop(j)
+                                yield cell, Failure(cell.key, f"job {j.job_id}: ended without a "
+                                                    f"result ({gone[j]})", _log(j))
+                        suspects, checked = gone, time.monotonic()
+                    if jobs:
+                        time.sleep(self.poll_s)
+        finally:
+            for j in jobs:  # the driver stops early: cancel what it would not record
+                j.cancel(check=False)
+            marker.unlink(missing_ok=True)
+
+
+def _outcome(job: Any, cell: Cell) -> dict | Failure:
+    """The record of a finished submitit job, or its failure with the cause and the log."""
+    from submitit.core.utils import FailedJobError
+
+    try:
+        return job.result()
+    except FailedJobError as exc:  # the cell raised: name the exception (the trace's last line)
+        parts = str(exc).split("-" * 22)
+        lines = [line.strip() for line in parts[min(1, len(parts) - 1)].splitlines()]
+        reason = next((line for line in reversed(lines) if line), type(exc).__name__)
+    except Exception:  # UncompletedJobError: time limit, node loss, cancelled
+        reason = f"ended without a result (Slurm state {job.state})"
+    return Failure(cell.key, f"job {job.job_id}: {reason}", _log(job))
+
+
+def _log(job: Any) -> str | None:
+    """The job's error log, if it wrote one (a job that never started did not)."""
+    return str(job.paths.stderr) if job.paths.stderr.exists() else None
+
+
+ACTIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED",
+          "RESIZING", "STAGE_OUT", "SIGNALING"}
+
+
+def _ended_unrecorded(jobs: list[Any]) -> dict[Any, str]:
+    """Of ``jobs`` (that sacct does not know), those squeue says ended or no longer knows."""
+    if not jobs:
+        return {}
+    ids = ",".join(sorted({j.job_id.split("_")[0] for j in jobs}))
+    try:
+        out = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-j", ids, "-o", "%i %T"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}  # Slurm does not answer now: ask again later
+    states = dict(line.split(maxsplit=1) for line in out.splitlines() if " " in line)
+    ended = {j: states.get(j.job_id, "no longer known to Slurm") for j in jobs}
+    return {j: f"Slurm state {state}" if j.job_id in states else state
+            for j, state in ended.items() if state not in ACTIVE}
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt while jobs are out, so that they get cancelled."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def make_executor(spec: ExecutorSpec, workers: int, folder: Path, cache: Path) -> Executor:
+    """The executor a grid asks for: ``spec.kind`` ``slurm``, else serial or ``workers``
+    processes."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    if spec.kind == "slurm":
+        return SlurmExecutor(spec, folder, cache)
+    return SerialExecutor() if workers == 1 else ProcessExecutor(workers)

@@ -1,0 +1,105 @@
+"""Uncertainty of benchmark accuracies: 95% intervals and ties.
+
+One run (one seed) of a method adapts online, batch after batch, so the samples of a batch are
+not independent: they are normalised (and, for the gradient methods, learnt from) together.
+Its interval is therefore a percentile bootstrap over test *batches* (Efron & Tibshirani, 1993,
+ch. 13): batches are drawn with replacement and the accuracy of each draw is its hits over its
+samples (a ratio estimator, exact for a last batch of another size). With several seeds the
+mean over seeds gets Student's t interval over the per-seed accuracies (n - 1 degrees of
+freedom), which also covers what changes from seed to seed (stream order, rows drawn).
+
+Ties: two methods run on the same streams (same seeds, same planned batches) are compared
+*paired*: the same resampled batches score both, per seed, and the difference of their mean
+accuracies gets a percentile bootstrap interval; they are tied when it contains 0. Pairing
+removes the difficulty shared by both methods from the comparison, so it is more sensitive
+than comparing two printed intervals.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+
+
+def _as_runs(correct: Sequence[Sequence[int]], counts: Sequence[Sequence[int]]):
+    runs = []
+    for c, n in zip(correct, counts, strict=True):
+        c, n = np.asarray(c, dtype=np.float64), np.asarray(n, dtype=np.float64)
+        if c.shape != n.shape or c.ndim != 1 or c.size == 0:
+            raise ValueError(f"per-batch hits and sizes must be equal-length 1-D lists, got "
+                             f"{c.shape} and {n.shape}")
+        if (n <= 0).any() or (c < 0).any() or (c > n).any():
+            raise ValueError("per-batch sizes must be >= 1 and hits within 0..size")
+        runs.append((c, n))
+    if not runs:
+        raise ValueError("no runs to compute an interval from")
+    return runs
+
+
+def _resampled_accuracy(runs, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """(resamples, n_runs): accuracy of each run on batches drawn with replacement; the draw
+    for a run depends only on its number of batches and ``rng``'s state, so two calls with equal
+    seeds and batch counts draw the same batches (pairing)."""
+    out = np.empty((resamples, len(runs)))
+    for j, (c, n) in enumerate(runs):
+        idx = rng.integers(0, c.size, size=(resamples, c.size))
+        out[:, j] = c[idx].sum(1) / n[idx].sum(1)
+    return out
+
+
+def percentile_interval(draws: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.percentile(draws, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def bootstrap_interval(
+    correct: Sequence[int], counts: Sequence[int], confidence: float = CONFIDENCE,
+    resamples: int = RESAMPLES, seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of one run's accuracy ``sum(correct) / sum(counts)``.
+
+    Args:
+        correct: (n_batches,) hits per test batch.
+        counts: (n_batches,) samples per test batch.
+    Returns ``(low, high)`` as fractions.
+    """
+    runs = _as_runs([correct], [counts])
+    draws = _resampled_accuracy(runs, np.random.default_rng(seed), resamples)[:, 0]
+    return percentile_interval(draws, confidence)
+
+
+def seed_interval(accuracies: Sequence[float], confidence: float = CONFIDENCE
+                  ) -> tuple[float, float]:
+    """Student's t interval of the mean of per-seed accuracies (needs two or more)."""
+    a = np.asarray(accuracies, dtype=np.float64)
+    if a.size < 2:
+        raise ValueError(f"an interval over seeds needs >= 2 seeds, got {a.size}")
+    half = scipy_stats.t.ppf(0.5 + confidence / 2, a.size - 1) * a.std(ddof=1) / np.sqrt(a.size)
+    return float(a.mean() - half), float(a.mean() + half)
+
+
+def difference_interval(
+    first: tuple[Sequence[Sequence[int]], Sequence[Sequence[int]]],
+    second: tuple[Sequence[Sequence[int]], Sequence[Sequence[int]]],
+    paired: bool = True, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Bootstrap interval of ``mean_seed acc(first) - mean_seed acc(second)``.
+
+    Each argument is ``(hits per batch, samples per batch)``, one list per seed. ``paired``:
+    both ran on the same streams (same seeds in the same order, the same planned batches), so
+    the same resampled batches score both; otherwise the two are resampled independently.
+    """
+    a, b = _as_runs(*first), _as_runs(*second)
+    if paired and (len(a) != len(b) or any(not np.array_equal(x[1], y[1]) for x, y in zip(a, b))):
+        raise ValueError("a paired comparison needs the same streams: equal seeds and batches")
+    da = _resampled_accuracy(a, np.random.default_rng(seed), resamples).mean(1)
+    db = _resampled_accuracy(b, np.random.default_rng(seed if paired else seed + 1),
+                             resamples).mean(1)
+    return percentile_interval(da - db, confidence)

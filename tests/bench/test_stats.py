@@ -1,0 +1,87 @@
+"""Intervals and ties against independent references (scipy, closed forms)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from dyntta.bench.stats import bootstrap_interval, difference_interval, seed_interval
+
+
+def batches(n_batches, size, p, seed):
+    rng = np.random.default_rng(seed)
+    counts = np.full(n_batches, size)
+    counts[-1] = max(1, size // 3)  # a last, smaller batch
+    return rng.binomial(counts, p), counts
+
+
+def test_bootstrap_interval_matches_scipy_percentile_bootstrap():
+    correct, counts = batches(150, 64, 0.55, seed=0)
+    ours = bootstrap_interval(correct, counts, resamples=20000)
+    ref = stats.bootstrap((correct, counts), lambda c, n: c.sum() / n.sum(), paired=True,
+                          vectorized=False, method="percentile", n_resamples=20000,
+                          random_state=np.random.default_rng(1)).confidence_interval
+    assert ours == pytest.approx((ref.low, ref.high), abs=2e-3)  # Monte Carlo error ~5e-4
+    assert ours[0] < correct.sum() / counts.sum() < ours[1]
+
+
+def test_bootstrap_interval_width_matches_the_binomial_standard_error():
+    """Independent samples in equal batches: the batch bootstrap reduces to the binomial
+    interval, 2 * 1.96 * sqrt(p (1 - p) / n)."""
+    correct, counts = batches(400, 32, 0.7, seed=2)
+    counts[-1] = 32
+    correct[-1] = np.random.default_rng(3).binomial(32, 0.7)
+    p, n = correct.sum() / counts.sum(), counts.sum()
+    low, high = bootstrap_interval(correct, counts, resamples=20000)
+    assert high - low == pytest.approx(2 * 1.96 * np.sqrt(p * (1 - p) / n), rel=0.1)
+
+
+def test_seed_interval_is_student_t():
+    acc = [0.599, 0.566, 0.581]
+    ref = stats.t.interval(0.95, 2, loc=np.mean(acc), scale=stats.sem(acc))
+    assert seed_interval(acc) == pytest.approx(ref, abs=1e-12)
+    with pytest.raises(ValueError, match=">= 2 seeds"):
+        seed_interval([0.5])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 40), st.integers(1, 64), st.floats(0.05, 0.95), st.integers(0, 10**6))
+def test_paired_difference_of_a_method_with_itself_is_exactly_zero(nb, size, p, seed):
+    correct, counts = batches(nb, size, p, seed)
+    run = ([correct], [counts])
+    assert difference_interval(run, run) == (0.0, 0.0)
+
+
+def test_paired_difference_detects_a_small_consistent_gain_that_unpaired_misses():
+    """Two methods on the same batches, the second right on 1 more sample in every 64-batch:
+    +1.6 points. Shared batch difficulty hides it from the unpaired test, not from the paired."""
+    rng = np.random.default_rng(0)
+    difficulty = rng.uniform(0.2, 0.9, size=100)
+    counts = np.full(100, 64)
+    worse = rng.binomial(63, difficulty)
+    better = worse + 1
+    paired = difference_interval(([better], [counts]), ([worse], [counts]))
+    unpaired = difference_interval(([better], [counts]), ([worse], [counts]), paired=False)
+    assert paired[0] > 0 and paired == pytest.approx((1 / 64, 1 / 64))
+    assert unpaired[0] < 0 < unpaired[1]
+
+
+def test_difference_over_several_seeds_is_of_the_mean_over_seeds():
+    a = [batches(30, 16, 0.6, s) for s in (0, 1, 2)]
+    b = [(c // 2, n) for c, n in a]
+    low, high = difference_interval(([c for c, _ in a], [n for _, n in a]),
+                                    ([c for c, _ in b], [n for _, n in b]), resamples=4000)
+    gap = np.mean([c.sum() / n.sum() for c, n in a]) - np.mean([c.sum() / n.sum() for c, n in b])
+    assert low < gap < high and high - low < 0.2
+
+
+def test_bad_inputs_are_errors():
+    with pytest.raises(ValueError, match="equal-length"):
+        bootstrap_interval([1, 2], [3])
+    with pytest.raises(ValueError, match="within 0..size"):
+        bootstrap_interval([5], [3])
+    with pytest.raises(ValueError, match="same streams"):
+        difference_interval(([[1, 2]], [[4, 4]]), ([[1]], [[4]]))

@@ -1,0 +1,70 @@
+"""dyn_adaptive: the DYN successor composed from the cluster-aware layer's options."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dyntta
+from dyntta.norm import ClusterAwareBatchNorm2d
+from tests.conftest import random_images, tiny_resnet
+
+
+def cabn_layers(method):
+    return [m for m in method.modules() if isinstance(m, ClusterAwareBatchNorm2d)]
+
+
+def test_with_dyns_options_it_is_dyn_bit_for_bit():
+    model, x = tiny_resnet(), random_images(16, seed=2)
+    same = dyntta.adapt(model, "dyn_adaptive", source_weight="fixed", cluster_fraction=1.0,
+                        instance_k=None)
+    with torch.no_grad():
+        assert torch.equal(same(x), dyntta.adapt(model, "dyn")(x))
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.3, 0.5, 1.0])
+def test_cluster_fraction_clusters_the_first_layers_only(fraction):
+    layers = cabn_layers(dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=fraction))
+    n = round(fraction * len(layers))
+    assert [layer.cluster for layer in layers] == [True] * n + [False] * (len(layers) - n)
+
+
+@pytest.mark.parametrize("deep, expected", [("same", "size"), ("fixed", "fixed"),
+                                            ("shift", "shift")])
+def test_layers_that_do_not_cluster_use_the_deep_source_weight(deep, expected):
+    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", source_weight="size",
+                          cluster_fraction=0.5, deep_source_weight=deep)
+    weights = [(layer.cluster, layer.source_weight) for layer in cabn_layers(method)]
+    assert {w for c, w in weights if c} == {"size"}
+    assert {w for c, w in weights if not c} == {expected}
+
+
+def test_window_state_is_cleared_by_reset():
+    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", window=6)
+    stream = [random_images(b, seed=b) for b in (1, 3, 4)]
+    first = [method(x) for x in stream]
+    assert all(layer.window_mean.shape[0] == 6 for layer in cabn_layers(method))
+    method.reset()
+    assert all(layer.window_mean is None for layer in cabn_layers(method))
+    for before, x in zip(first, stream):
+        assert torch.equal(before, method(x))
+
+
+def test_window_lets_one_sample_batches_use_past_samples():
+    model = tiny_resnet()
+    x = random_images(5, seed=4)
+    windowed = dyntta.adapt(model, "dyn_adaptive", window=8)
+    plain = dyntta.adapt(model, "dyn_adaptive")
+    for i in range(4):
+        windowed(x[i : i + 1])
+    assert not torch.allclose(windowed(x[4:]), plain(x[4:]))
+
+
+@pytest.mark.parametrize(
+    "option", [{"cluster_fraction": 1.5}, {"instance_k": -1.0}, {"window": -1},
+               {"source_weight": "both"}, {"merge_levels": -1},
+               {"deep_source_weight": "deep"}]
+)
+def test_bad_options_are_named(option):
+    with pytest.raises(ValueError, match=next(iter(option))):
+        dyntta.adapt(tiny_resnet(), "dyn_adaptive", **option)

@@ -1,0 +1,187 @@
+"""The cluster-aware layer's options beyond the paper (issue 12), against reference formulas
+written with loops, and their limiting cases."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dyntta.norm import AlphaBatchNorm2d, ClusterAwareBatchNorm2d, lisc
+from dyntta.norm.finch import next_level
+from dyntta.norm.mixing import shift_weight, size_weight
+from dyntta.norm.stats import instance_stats
+from tests.norm.test_layers import mixed_batch, source_bn
+
+
+def partition(labels: torch.Tensor) -> set[frozenset[int]]:
+    return {frozenset(torch.nonzero(labels == v).flatten().tolist()) for v in labels.unique()}
+
+
+def reference_next_level(mu: torch.Tensor, labels: torch.Tensor) -> set[frozenset[int]]:
+    """FINCH level step with loops: cluster means, cosine first neighbour, union-find."""
+    groups = sorted(partition(labels), key=min)
+    if len(groups) == 1:
+        return set(groups)
+    centres = torch.stack([mu[sorted(g)].mean(0) for g in groups])
+    unit = centres / centres.norm(dim=1, keepdim=True)
+    sim = unit @ unit.T
+    sim.fill_diagonal_(float("-inf"))
+    parent = list(range(len(groups)))
+
+    def find(i):
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for i, j in enumerate(sim.argmax(1).tolist()):
+        parent[find(i)] = find(j)
+    merged: dict[int, set[int]] = {}
+    for i, g in enumerate(groups):
+        merged.setdefault(find(i), set()).update(g)
+    return {frozenset(g) for g in merged.values()}
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 40))
+def test_next_level_equals_loop_reference_and_coarsens(seed, n):
+    g = torch.Generator().manual_seed(seed)
+    mu = torch.randn(n, 5, generator=g, dtype=torch.float64)
+    labels = lisc(mu, canonical=False)
+    merged = next_level(mu, labels)
+    assert partition(merged) == reference_next_level(mu, labels)
+    k_before, k_after = len(partition(labels)), len(partition(merged))
+    assert k_after == 1 or k_after <= k_before // 2
+    for group in partition(labels):  # every old cluster lies inside one new cluster
+        assert len({int(merged[i]) for i in group}) == 1
+
+
+def test_merge_levels_apply_next_level_repeatedly():
+    bn = source_bn()
+    x = mixed_batch(b=24).float()
+    layer = ClusterAwareBatchNorm2d(bn, merge_levels=2)
+    layer(x)
+    mu = instance_stats(x)[0]
+    expected = next_level(mu, next_level(mu, lisc(mu, canonical=False)))
+    assert partition(layer.last_labels) == partition(expected)
+
+
+def test_size_weight_is_schneiders_prior():
+    sizes = torch.tensor([[1.0], [4.0], [64.0]])
+    torch.testing.assert_close(size_weight(sizes, 16.0), 16.0 / (16.0 + sizes))
+
+
+def test_one_cluster_fixed_weight_is_alpha_bn():
+    bn = source_bn().double()
+    x = mixed_batch(b=10)
+    cabn = ClusterAwareBatchNorm2d(bn, alpha=0.3, unbiased=False, cluster=False).double()
+    torch.testing.assert_close(cabn(x), AlphaBatchNorm2d(bn, 0.3).double()(x))
+
+
+def test_one_cluster_size_weight_is_alpha_bn_at_n_over_n_plus_b():
+    bn = source_bn().double()
+    x = mixed_batch(b=12)
+    cabn = ClusterAwareBatchNorm2d(
+        bn, unbiased=False, cluster=False, source_weight="size", prior_strength=4.0
+    ).double()
+    torch.testing.assert_close(cabn(x), AlphaBatchNorm2d(bn, 4.0 / 16.0).double()(x))
+
+
+def test_shift_weight_equals_loop_reference():
+    g = torch.Generator().manual_seed(1)
+    mu = torch.randn(9, 4, generator=g, dtype=torch.float64)
+    labels = torch.tensor([0, 0, 0, 1, 1, 2, 3, 3, 3])
+    source = torch.randn(4, generator=g, dtype=torch.float64)
+    groups = [torch.nonzero(labels == k).flatten() for k in range(4)]
+    means = {k: mu[idx].mean(0) for k, idx in enumerate(groups)}
+    within = sum(((mu[idx] - means[k]) ** 2).sum(0) for k, idx in enumerate(groups))
+    pooled = within / (9 - 4)
+    expected = []
+    for i in range(9):
+        k = int(labels[i])
+        noise = pooled.sum() / len(groups[k])
+        expected.append(min(1.0, float(noise / ((means[k] - source) ** 2).sum())))
+    cluster_mean = torch.stack([means[int(k)] for k in labels])
+    sizes = torch.tensor([[float(len(groups[int(k)]))] for k in labels], dtype=torch.float64)
+    got = shift_weight(mu, cluster_mean, sizes, source, fallback=0.8)
+    torch.testing.assert_close(got.flatten(), torch.tensor(expected, dtype=torch.float64))
+
+
+def test_shift_weight_limits():
+    mu = torch.randn(6, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    sizes = torch.ones(6, 1, dtype=torch.float64)
+    # all singletons: the noise is unknown, the fallback is used
+    assert torch.equal(shift_weight(mu, mu, sizes, mu[0], 0.8), torch.full((6, 1), 0.8, dtype=torch.float64))
+    # one cluster sitting on the source mean: all source
+    centre = mu.mean(0).expand(6, 3)
+    one = torch.full((6, 1), 6.0, dtype=torch.float64)
+    assert torch.equal(shift_weight(mu, centre, one, mu.mean(0), 0.8), torch.ones(6, 1).double())
+    # far from the source: the weight falls like 1 / shift^2
+    far = shift_weight(mu, centre, one, mu.mean(0) + 100.0, 0.8)
+    assert (far < 1e-3).all()
+
+
+def test_instance_k_limits_are_instance_and_cluster_statistics():
+    bn = source_bn().double()
+    x = mixed_batch(b=8)
+    plain = ClusterAwareBatchNorm2d(bn).double()
+    assert torch.equal(ClusterAwareBatchNorm2d(bn, instance_k=1e9).double()(x), plain(x))
+    instance = ClusterAwareBatchNorm2d(bn, alpha=0.5, instance_k=0.0).double()
+    norm = ClusterAwareBatchNorm2d(bn, alpha=0.0, cluster=False).double()  # fixed stats of x[i]
+    for i in range(8):  # k = 0 keeps each sample's own statistics (instance norm)
+        torch.testing.assert_close(instance(x)[i : i + 1], norm(x[i : i + 1]))
+
+
+def test_instance_k_equals_iabn_formula_around_the_cluster_statistics():
+    bn = source_bn().double()
+    x = mixed_batch(b=8)
+    k, length = 1.5, x.shape[2] * x.shape[3]
+    ref_mean, ref_var = ClusterAwareBatchNorm2d(bn).double().statistics(x)
+    mu, s2 = x.mean((2, 3)), x.var((2, 3))
+    sd = (ref_var + bn.eps).sqrt()
+    d_mu, d_var = mu - ref_mean, s2 - ref_var
+    t_mu, t_var = k * sd / length**0.5, k * sd**2 * (2 / (length - 1)) ** 0.5
+    mean = ref_mean + torch.sign(d_mu) * (d_mu.abs() - t_mu).clamp_min(0)
+    var = (ref_var + torch.sign(d_var) * (d_var.abs() - t_var).clamp_min(0)).clamp_min(0)
+    got = ClusterAwareBatchNorm2d(bn, instance_k=k).double().statistics(x)
+    torch.testing.assert_close(got[0], mean)
+    torch.testing.assert_close(got[1], var)
+
+
+@pytest.mark.parametrize("source_weight", ["fixed", "size", "shift"])
+def test_window_equals_clustering_the_concatenated_samples(source_weight):
+    bn = source_bn().double()
+    x = mixed_batch(b=14)
+    first, second = x[:9], x[9:]
+    windowed = ClusterAwareBatchNorm2d(bn, window=32, source_weight=source_weight).double()
+    windowed(first)
+    plain = ClusterAwareBatchNorm2d(bn, source_weight=source_weight).double()
+    torch.testing.assert_close(windowed(second), plain(x)[9:])
+    windowed.reset_window()
+    torch.testing.assert_close(windowed(second), plain(second))
+
+
+def test_window_keeps_only_the_last_w_samples():
+    bn = source_bn().double()
+    x = mixed_batch(b=12)
+    layer = ClusterAwareBatchNorm2d(bn, window=5).double()
+    for i in range(0, 12, 4):
+        layer(x[i : i + 4])
+    torch.testing.assert_close(layer.window_mean, x[7:].mean((2, 3)))
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"merge_levels": -1},
+        {"source_weight": "adaptive"},
+        {"prior_strength": 0.0},
+        {"instance_k": -1.0},
+        {"window": -2},
+    ],
+)
+def test_bad_options_are_named(option):
+    name = next(iter(option))
+    with pytest.raises(ValueError, match=name):
+        ClusterAwareBatchNorm2d(source_bn(), **option)
