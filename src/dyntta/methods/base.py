@@ -25,6 +25,12 @@ class NoConfig:
     """A method without hyper-parameters."""
 
 
+CompileOption = Union[bool, dict]
+"""``compile=``: ``False``, ``True`` (``torch.compile``'s defaults, inductor) or a dict of
+``torch.compile`` keyword arguments (e.g. ``{"backend": "aot_eager"}``,
+``{"mode": "reduce-overhead"}``)."""
+
+
 class Method(nn.Module):
     """Base class of every test-time adaptation method.
 
@@ -32,6 +38,12 @@ class Method(nn.Module):
         model: a classifier mapping images (B, 3, H, W) in [0, 1] to logits (B, K). It is copied;
             the original is left as it was.
         config: an instance of the method's ``Config`` dataclass (its defaults if omitted).
+        validate: check every batch's values (:func:`check_values`: finite and within
+            (-0.5, 1.5), i.e. images in [0, 1]); one reduction over the batch. ``False`` skips
+            it (the shape and dtype checks, metadata only, always run).
+        compile: compile the adapted network with ``torch.compile`` (:data:`CompileOption`),
+            backward-free methods only. The batch dimension is marked dynamic, so one graph
+            serves the batch sizes of a stream (but see README, "Compiling").
     """
 
     name: ClassVar[str] = ""
@@ -39,7 +51,14 @@ class Method(nn.Module):
     backward: ClassVar[bool] = False
     """Whether the method takes gradient steps (test-time fine-tuning) or not (normalisation)."""
 
-    def __init__(self, model: nn.Module, config: Any = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        config: Any = None,
+        *,
+        validate: bool = True,
+        compile: CompileOption = False,
+    ) -> None:
         super().__init__()
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -55,10 +74,23 @@ class Method(nn.Module):
                 f"config for {self.name!r} must be a {self.Config.__name__}, "
                 f"got {type(config).__name__}"
             )
+        if not isinstance(validate, bool):
+            raise ValueError(f"validate must be True or False, got {validate!r}")
+        compile_options = compile_arguments(compile)
+        if compile_options is not None and self.backward:
+            raise ValueError(
+                f"compile=True is for backward-free methods; {self.name!r} takes gradient "
+                "steps (its optimiser and backward pass run outside a compiled forward)"
+            )
         self.config = config
+        self.validate = validate
         self.model = self.prepare(copy.deepcopy(model))
+        self.input_dtype = model_dtype(self.model)
         self._source_state = copy.deepcopy(self.state_dict())
         self.on_reset()
+        self.compiled = compile_options is not None
+        if self.compiled:
+            self.model.compile(**compile_options)
 
     def prepare(self, model: nn.Module) -> nn.Module:
         """Turn the copied source model into the model this method runs (default: eval mode)."""
@@ -73,7 +105,11 @@ class Method(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits (B, K) for a batch ``x: (B, C, H, W)`` of images in [0, 1]."""
-        check_batch(x)
+        check_batch(x, self.input_dtype)
+        if self.validate:
+            check_values(x)
+        if self.compiled:
+            torch._dynamo.maybe_mark_dynamic(x, 0)  # one graph for every batch size
         return self.step(x)
 
     def reset(self) -> None:
@@ -82,16 +118,73 @@ class Method(nn.Module):
         self.on_reset()
 
 
-def check_batch(x: torch.Tensor) -> None:
-    """Raise ``ValueError`` unless ``x`` is a finite floating (B, C, H, W) tensor with B >= 1."""
+def compile_arguments(option: CompileOption) -> dict | None:
+    """``torch.compile`` keyword arguments for ``compile=option`` (None: do not compile)."""
+    if option is False:
+        return None
+    if option is True:
+        return {}
+    if isinstance(option, dict):
+        return option
+    raise ValueError(
+        f"compile must be True, False or a dict of torch.compile arguments, got {option!r}"
+    )
+
+
+def model_dtype(model: nn.Module) -> torch.dtype | None:
+    """The dtype of the model's first floating-point parameter or buffer (None if it has none)."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return next((t.dtype for t in tensors if t.is_floating_point()), None)
+
+
+def check_batch(x: torch.Tensor, dtype: torch.dtype | None = None) -> None:
+    """Raise ``ValueError`` unless ``x`` is a floating (B, C, H, W) tensor with no empty
+    dimension, of ``dtype`` if given. Metadata only: no read of the values.
+
+    A float64 batch for a float32 model is refused rather than cast: converting is the caller's
+    choice (``x.float()``), and a silent cast would hide a copy of the batch.
+    """
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"input must be a torch.Tensor, got {type(x).__name__}")
-    if x.ndim != 4 or x.shape[0] == 0:
-        raise ValueError(f"input must have shape (B, C, H, W) with B >= 1, got {tuple(x.shape)}")
+    if x.ndim != 4 or x.numel() == 0:
+        raise ValueError(
+            f"input must have shape (B, C, H, W) with no empty dimension, got {tuple(x.shape)}"
+        )
     if not x.is_floating_point():
         raise ValueError(f"input must be floating point (images in [0, 1]), got {x.dtype}")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError("input contains NaN or Inf values")
+    if dtype is not None and x.dtype != dtype:
+        raise ValueError(
+            f"input is {x.dtype} but the model computes in {dtype}: convert the batch first "
+            f"(e.g. x.to({dtype}))"
+        )
+
+
+VALUE_RANGE = (-0.5, 1.5)
+"""Open interval every input value must lie in: images in [0, 1] with room for rounding and
+mild out-of-range augmentation, far from 0-255 pixel values and standardised (z-scored) images."""
+
+
+def check_values(x: torch.Tensor) -> None:
+    """Raise unless every value of ``x`` is finite and inside :data:`VALUE_RANGE`.
+
+    One fused reduction (``torch.aminmax``; NaN propagates into both). On the CPU the result is
+    read at once and a failure is a ``ValueError`` naming the problem. On an accelerator the
+    check is ``torch._assert_async``: the forward does not wait on the host, and a bad batch
+    stops the program at the next synchronisation with a device-side assertion (after which the
+    device context is unusable; validate on the CPU, or pass ``validate=False``, to avoid that).
+    """
+    low, high = torch.aminmax(x)
+    inside = (low > VALUE_RANGE[0]) & (high < VALUE_RANGE[1])
+    if x.device.type != "cpu":
+        torch._assert_async(inside, "dyntta: input values must be finite and lie in [0, 1]")
+    elif not inside:
+        if not bool(torch.isfinite(low) & torch.isfinite(high)):
+            raise ValueError("input contains NaN or Inf values")
+        raise ValueError(
+            f"input values must lie in [0, 1] (images scaled to [0, 1]), got values from "
+            f"{float(low):.4g} to {float(high):.4g}: divide 0-255 images by 255 (or pass "
+            "validate=False to skip this check)"
+        )
 
 
 def config_from_options(config_cls: type, options: dict[str, Any]) -> Any:

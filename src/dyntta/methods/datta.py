@@ -20,7 +20,10 @@ Not included: DAFT, the entropy fine-tuning of the BN affine parameters on singl
 (a backward pass; this is the backward-free part the DYN successor is compared with). The code
 names the modes "homo"/"heter" in ``datta.py`` and "single"/"multiple" in ``DABN``; they are read
 as the same two modes. Angles are clamped to the domain of arccos (the code would give NaN).
-The decision runs on the host (NumPy/SciPy), as in the code.
+The decision runs on the host (NumPy/SciPy), as in the code. It is taken before the network
+runs: a probe runs the network eagerly up to the first BN layer's input (the stem, computed twice)
+and stops there; the network then runs whole with the chosen prior in a buffer, so a compiled
+network (``compile=True``) is one graph with no host round trip.
 """
 
 from __future__ import annotations
@@ -44,16 +47,42 @@ from dyntta.norm.stats import instance_stats
 
 
 class DomainDiversityBatchNorm2d(SourceNorm2d):
-    """DABN: batch statistics mixed with the source's at source weight ``prior`` (set per batch)."""
+    """DABN: batch statistics mixed with the source's at source weight ``prior``, a 0-dim buffer
+    (set per batch with ``prior.fill_``, so a compiled network reads it without recompiling)."""
 
     def __init__(self, bn: nn.BatchNorm2d, prior: float) -> None:
         super().__init__(bn)
-        self.prior = prior
+        self.register_buffer("prior", torch.tensor(prior), persistent=False)
 
     def statistics(self, x):
         mean, var = instance_stats(x, unbiased=False)
         mean, var = unbiased_batch_stats(mean, var, x.shape[2] * x.shape[3])
         return mix(self.running_mean, mean, self.prior), mix(self.running_var, var, self.prior)
+
+
+class _Probed(Exception):
+    """Carries the first BN layer's input out of the probe forward."""
+
+    def __init__(self, x: torch.Tensor) -> None:
+        super().__init__()
+        self.x = x
+
+
+def _stop(layer: nn.Module, args: tuple) -> None:
+    raise _Probed(args[0])
+
+
+def first_input(model: nn.Module, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The input ``layer`` receives when ``model`` runs on ``x``, computed eagerly (``forward``,
+    not a compiled call) and stopping there."""
+    handle = layer.register_forward_pre_hook(_stop)
+    try:
+        model.forward(x)
+    except _Probed as probed:
+        return probed.x
+    finally:
+        handle.remove()
+    raise ValueError(f"{type(layer).__name__} is never called by the model's forward")
 
 
 def diversity_score(x: torch.Tensor, source_mean: torch.Tensor) -> float:
@@ -120,15 +149,19 @@ class DATTA(NormalizationMethod):
     def prepare(self, model: nn.Module) -> nn.Module:
         model = super().prepare(model)
         self.layers = [m for m in model.modules() if isinstance(m, DomainDiversityBatchNorm2d)]
-        self.layers[0].register_forward_pre_hook(self._decide)
         return model
 
     def on_reset(self) -> None:
         self.cache: list[float] = [0.0]
         self.last_single: bool | None = None
 
-    def _decide(self, first: DomainDiversityBatchNorm2d, args) -> None:
-        score = diversity_score(args[0], first.running_mean)
+    @torch.no_grad()
+    def step(self, x: torch.Tensor) -> torch.Tensor:
+        self._decide(first_input(self.model, self.layers[0], x))
+        return self.model(x)
+
+    def _decide(self, first_bn_input: torch.Tensor) -> None:
+        score = diversity_score(first_bn_input, self.layers[0].running_mean)
         self.cache.append(score)
         single = False
         if len(self.cache) > self.config.warmup:
@@ -138,4 +171,4 @@ class DATTA(NormalizationMethod):
         self.last_single = single
         prior = self.config.single_prior if single else self.config.multi_prior
         for layer in self.layers:
-            layer.prior = prior
+            layer.prior.fill_(prior)

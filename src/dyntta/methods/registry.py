@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import nn
 
-from dyntta.methods.base import Method, config_from_options
+from dyntta.methods.base import CompileOption, Method, config_from_options
 
 _REGISTRY: dict[str, type[Method]] = {}
 
@@ -36,16 +36,28 @@ def method_class(name: str) -> type[Method]:
         ) from None
 
 
-def adapt(model: nn.Module, method: str = "dyn", **options: Any) -> Method:
+def adapt(
+    model: nn.Module,
+    method: str = "dyn",
+    *,
+    validate: bool = True,
+    compile: CompileOption = False,
+    **options: Any,
+) -> Method:
     """Wrap ``model`` in the test-time adaptation method ``method``.
 
     Args:
         model: a classifier taking images (B, 3, H, W) in [0, 1]. It is copied, not modified.
         method: a name from :func:`available_methods` (default ``"dyn"``).
+        validate: check that every batch is finite and in [0, 1] (one reduction per batch,
+            see :func:`~dyntta.methods.base.check_values`); ``False`` skips it.
+        compile: ``True`` (or a dict of ``torch.compile`` arguments) compiles the adapted
+            network; backward-free methods only (the others raise ``ValueError``).
         **options: fields of the method's ``Config`` dataclass (e.g. ``alpha=0.8``).
 
     Returns:
         The method, called like the model: ``logits = adapted(x)``.
     """
     cls = method_class(method)
-    return cls(model, config_from_options(cls.Config, options))
+    config = config_from_options(cls.Config, options)
+    return cls(model, config, validate=validate, compile=compile)

@@ -27,16 +27,26 @@ def first_neighbours(features: torch.Tensor) -> torch.Tensor:
     unit = features / torch.linalg.vector_norm(features, dim=1, keepdim=True).clamp_min(1e-12)
     sim = unit @ unit.T
     sim = sim + sim.T  # twice the cosine similarity, bit-for-bit symmetric
-    sim.fill_diagonal_(float("-inf"))
+    sim.diagonal().fill_(float("-inf"))  # fill_diagonal_ would fix B under torch.compile
     return sim.argmax(dim=1)
+
+
+TRACED_ROUNDS = 20
+"""Pointer-jumping rounds under ``torch.compile``, enough for every batch of B <= 2**20 samples
+(a larger batch's (B, B) similarity matrix alone would take 4 TiB in float32)."""
 
 
 def component_roots(neighbours: torch.Tensor) -> torch.Tensor:
     """Name each connected component of the first-neighbour graph by one of its members.
 
     Every component of a nearest-neighbour graph (with a consistent tie-break) holds exactly one
-    cycle, a mutual pair ``i <-> n_i``. Pointer jumping (``p <- p[p]``, ceil(log2 B) times) moves
-    every sample onto its component's pair; the smaller index of the pair names the component.
+    cycle, a mutual pair ``i <-> n_i``. Pointer jumping (``p <- p[p]``, k times: ``p = n^(2^k)``)
+    moves every sample onto its component's pair once ``2^k`` reaches its distance from the pair,
+    at most B - 2; the smaller index of the pair names the component. Further rounds keep the
+    pointer on the pair (``n`` maps the pair onto itself) and the smaller index of the pair does
+    not depend on which member the pointer ends on, so any k >= log2(B - 2) gives exactly the
+    same ids. Eagerly k = ceil(log2 B); under ``torch.compile`` the count may not depend on B
+    (one graph serves every batch size), so k = :data:`TRACED_ROUNDS`.
 
     Args:
         neighbours: (B,) int64 first-neighbour indices.
@@ -44,8 +54,16 @@ def component_roots(neighbours: torch.Tensor) -> torch.Tensor:
     Returns:
         (B,) int64 ids in 0..B-1, equal exactly for samples of the same component.
     """
+    b = neighbours.shape[0]
+    if torch.compiler.is_compiling():
+        if b > 2**TRACED_ROUNDS:
+            raise ValueError(f"LISC under torch.compile takes at most 2**{TRACED_ROUNDS} "
+                             f"samples per batch, got {b}")
+        rounds = TRACED_ROUNDS
+    else:
+        rounds = max(1, math.ceil(math.log2(b)))
     pointer = neighbours
-    for _ in range(max(1, math.ceil(math.log2(neighbours.shape[0])))):
+    for _ in range(rounds):
         pointer = pointer.gather(0, pointer)
     return torch.minimum(pointer, neighbours.gather(0, pointer))
 
