@@ -119,9 +119,44 @@ def test_nan_and_inf_inputs_are_errors(tiny_model):
         adapted(x)
 
 
+@pytest.mark.parametrize("scale", [255.0, -1.0])
+def test_images_outside_the_unit_interval_are_errors_that_say_so(scale, tiny_model):
+    adapted = dyntta.adapt(tiny_model, "dyn")
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\].*divide 0-255 images by 255"):
+        adapted(random_images(8) * scale)
+
+
+def test_values_near_the_unit_interval_pass(tiny_model):
+    x = random_images(8)
+    x[0, 0, 0, :2] = torch.tensor([-0.49, 1.49])
+    dyntta.adapt(tiny_model, "dyn")(x)
+    x[0, 0, 0, 0] = -0.5
+    with pytest.raises(ValueError, match=r"got values from -0.5 to 1.49"):
+        dyntta.adapt(tiny_model, "dyn")(x)
+
+
+def test_validate_false_skips_the_value_check_only(tiny_model):
+    x = random_images(8) * 255
+    adapted = dyntta.adapt(tiny_model, "dyn", validate=False)
+    torch.testing.assert_close(adapted(x), dyntta.adapt(tiny_model, "dyn", validate=False)(x))
+    with pytest.raises(ValueError, match="floating point"):
+        adapted(x.to(torch.uint8))
+    with pytest.raises(ValueError, match="validate must be True or False"):
+        dyntta.adapt(tiny_model, "dyn", validate="no")
+
+
+def test_float64_input_is_refused_naming_both_dtypes(tiny_model):
+    with pytest.raises(ValueError, match=r"input is torch.float64 but the model computes in "
+                       r"torch.float32: convert the batch first \(e.g. x.to\(torch.float32\)\)"):
+        dyntta.adapt(tiny_model, "tbn")(random_images(4).double())
+    double = dyntta.adapt(tiny_model.double(), "tbn")
+    assert double(random_images(4).double()).dtype == torch.float64
+
+
 @pytest.mark.parametrize(
     "bad, message",
-    [(torch.rand(3, 8, 8), r"\(B, C, H, W\)"), (torch.zeros(2, 3, 4, 4, dtype=torch.uint8),
+    [(torch.rand(3, 8, 8), r"\(B, C, H, W\)"), (torch.rand(2, 3, 0, 4), "no empty dimension"),
+     (torch.zeros(2, 3, 4, 4, dtype=torch.uint8),
      "floating point"), ([[0.0]], "torch.Tensor")],
 )
 def test_malformed_inputs_are_errors(bad, message, tiny_model):

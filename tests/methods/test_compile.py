@@ -1,0 +1,139 @@
+"""compile=True (issue 16): every backward-free method's network is one graph with no break,
+agrees with eager, and one graph serves the batch sizes of a stream."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import dyntta
+from dyntta.norm import ClusterAwareBatchNorm2d, lisc
+from dyntta.norm.lisc import component_roots
+from tests.conftest import random_images, randomize_bn, tiny_resnet
+
+BACKWARD_FREE = ["source", "tbn", "alpha_bn", "dyn", "iabn", "unmix_tns", "dyn_adaptive", "datta"]
+
+
+class CountingBackend:
+    """A torch.compile backend that runs the captured graphs as they are and counts them."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+
+    def __call__(self, graph_module, example_inputs):
+        self.graphs += 1
+        return graph_module.forward
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_the_backward_free_list_is_every_method_without_gradient_steps():
+    free = {n for n in dyntta.available_methods() if not dyntta.methods.method_class(n).backward}
+    assert free == set(BACKWARD_FREE)
+
+
+@pytest.mark.parametrize("name", BACKWARD_FREE)
+def test_adapted_network_is_one_graph_without_breaks(name):
+    adapted = dyntta.adapt(tiny_resnet(), name)
+    x = random_images(8)
+    torch._dynamo.maybe_mark_dynamic(x, 0)
+    with torch.no_grad():
+        explained = torch._dynamo.explain(adapted.model)(x)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert explained.graph_count == 1
+
+
+@pytest.mark.parametrize("name", BACKWARD_FREE)
+def test_compiled_and_eager_agree_batch_after_batch(name):
+    model = tiny_resnet()
+    eager = dyntta.adapt(model, name)
+    compiled = dyntta.adapt(model, name, compile={"backend": "eager"})
+    for i, b in enumerate([8, 5, 11]):  # unmix_tns and datta carry state from batch to batch
+        x = random_images(b, seed=i)
+        torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)
+
+
+def test_aot_traced_dyn_matches_eager():
+    model = tiny_resnet()
+    compiled = dyntta.adapt(model, "dyn", compile={"backend": "aot_eager"})
+    for b in [8, 5]:
+        x = random_images(b, seed=b)
+        torch.testing.assert_close(compiled(x), dyntta.adapt(model, "dyn")(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["source", "dyn"])
+def test_one_graph_serves_every_batch_size_from_16(name):
+    """CPU convolutions choose their kernel by B >= 16 and tracing guards on that choice, so a
+    batch below 16 after one above compiles once more; B = 1 is always its own graph."""
+    backend = CountingBackend()
+    adapted = dyntta.adapt(tiny_resnet(), name, compile={"backend": backend})
+    for b in [16, 24, 40, 17]:
+        adapted(random_images(b))
+    assert backend.graphs == 1
+    for b in [5, 2, 12]:
+        adapted(random_images(b))
+    assert backend.graphs == 2
+
+
+def test_inductor_compiled_cabn_layer_matches_eager():
+    """One inductor (C++) compilation, of DYN's layer alone: the whole network takes minutes."""
+    bn = randomize_bn(nn.Sequential(nn.BatchNorm2d(4)))[0]
+    layer = ClusterAwareBatchNorm2d(bn)
+    compiled = torch.compile(layer, dynamic=True, fullgraph=True)
+    for b in [12, 7]:
+        x = torch.randn(b, 4, 5, 5, generator=torch.Generator().manual_seed(b))
+        with torch.no_grad():
+            got = compiled(x)
+            labels = layer.last_labels  # set by the compiled graph
+            torch.testing.assert_close(got, layer(x), rtol=1e-4, atol=1e-5)
+        assert torch.equal(labels, layer.last_labels)
+
+
+def test_compiled_method_resets_to_the_source_state():
+    adapted = dyntta.adapt(tiny_resnet(), "unmix_tns", compile={"backend": "eager"})
+    first = adapted(random_images(8))
+    adapted(random_images(8, seed=1))
+    adapted.reset()
+    assert torch.equal(adapted(random_images(8)), first)
+
+
+def test_gradient_methods_refuse_compile():
+    with pytest.raises(ValueError, match="compile=True is for backward-free methods; 'tent'"):
+        dyntta.adapt(tiny_resnet(), "tent", compile=True)
+
+
+def test_a_compile_option_of_the_wrong_type_is_named():
+    with pytest.raises(ValueError, match="compile must be True, False or a dict"):
+        dyntta.adapt(tiny_resnet(), "dyn", compile="yes")
+
+
+def chain(b: int) -> torch.Tensor:
+    """First neighbours of the deepest possible component: i -> i + 1, and a final mutual pair."""
+    neighbours = torch.arange(1, b + 1)
+    neighbours[-1] = b - 2
+    return neighbours
+
+
+@pytest.mark.parametrize("b", [2, 3, 5, 64, 1000])
+def test_traced_pointer_jumping_names_the_deepest_chain_like_eager(b):
+    traced = torch.compile(component_roots, backend="eager", dynamic=True, fullgraph=True)
+    expected = torch.full((b,), b - 2)
+    assert torch.equal(component_roots(chain(b)), expected)
+    assert torch.equal(traced(chain(b)), expected)
+
+
+def test_traced_lisc_gives_exactly_the_eager_partitions():
+    traced = torch.compile(lisc, backend="eager", dynamic=True, fullgraph=True)
+    generator = torch.Generator().manual_seed(0)
+    for b in [2, 7, 33, 64, 130]:
+        centres = torch.randn(4, 6, generator=generator) * 3
+        mu = centres[torch.randint(0, 4, (b,), generator=generator)]
+        mu = mu + 0.3 * torch.randn(b, 6, generator=generator)
+        assert torch.equal(traced(mu, canonical=False), lisc(mu, canonical=False))
+        assert torch.equal(traced(mu), lisc(mu))
