@@ -46,6 +46,34 @@ def test_bench_then_report_on_a_built_npz_set(npz_and_checkpoint, capsys):
     assert (d / "rep" / "table.csv").read_text().count("\n") == 3
 
 
+def test_bench_compile_runs_compiled_and_records_it(npz_and_checkpoint, capsys):
+    d = npz_and_checkpoint
+    grid = d / "grid.toml"
+    grid.write_text('title = "tiny"\n[stream]\nscenarios = ["crossmix"]\nbatch_sizes = [8]\n'
+                    'n_domains = [2]\nn_samples = 8\n[[datasets]]\nname = "npz"\n'
+                    'path = "clean.npz"\ncheckpoint = "tiny.pt"\n')
+    base = ["bench", "--config", str(grid), "--data-dir", str(d), "--cache-dir", str(d / "cache"),
+            "--methods", "dyn", "--no-progress"]
+    assert main([*base, "--out", str(d / "eager")]) == 0
+    assert main([*base, "--compile", "--set", 'compile={backend="eager"}',  # --set wins
+                 "--out", str(d / "compiled")]) == 0
+    eager, compiled = (read_results(d / run / "results.jsonl")[0] for run in ("eager", "compiled"))
+    assert eager["config"]["compile"] is False
+    assert compiled["config"]["compile"] == {"backend": "eager"}
+    assert compiled["batch_correct"] == eager["batch_correct"]
+
+
+def test_bench_compile_flag_sets_the_grids_compile(monkeypatch, tmp_path):
+    import dyntta.bench.runner
+
+    def stop(grid, *args, **kwargs):
+        raise SystemExit(f"compile={grid.compile}")
+
+    monkeypatch.setattr(dyntta.bench.runner, "run_grid", stop)
+    with pytest.raises(SystemExit, match="compile=True"):
+        main(["bench", "--compile", "--no-progress", "--out", str(tmp_path)])
+
+
 def test_bench_on_an_imagenet_c_folder_with_torchvision_resnet_weights(tmp_path, capsys):
     """ImageNet-C's layout and a state dict with torchvision's ResNet names, end to end."""
     import torch

@@ -126,3 +126,16 @@ def test_protocol_and_family_errors_name_the_problem(grid_file):
     with pytest.raises(ValueError, match="needs the dataset family"):
         load_grid(grid_file, ['protocol="published"', 'methods=["tent"]',
                               'datasets=[{name = "npz", path = "x.npz"}]'])
+
+
+def test_compile_reaches_backward_free_cells_only_and_changes_their_keys(grid_file):
+    eager = load_grid(grid_file, ['methods=["dyn", "tent"]']).cells()
+    compiled = load_grid(grid_file, ['methods=["dyn", "tent"]', "compile=true"]).cells()
+    assert not any(c.compile for c in eager)
+    assert {(c.method, c.compile) for c in compiled} == {("dyn", True), ("tent", False)}
+    assert {(c.method, c.key == e.key) for c, e in zip(compiled, eager)} == {
+        ("dyn", False), ("tent", True)}
+    with pytest.raises(ValueError, match="compile must be true, false or a table .*'yes'"):
+        load_grid(grid_file, ['compile="yes"'])
+    table = load_grid(grid_file, ['methods=["dyn"]', 'compile={backend="eager"}']).cells()[0]
+    assert table.compile_option == {"backend": "eager"} == table.to_dict()["compile"]

@@ -45,6 +45,10 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    "with the embedded grid, every row of it is used unless stream.n_samples is set")
     p.add_argument("--dataset-path", help="path of --dataset (folder, or .npz for 'npz')")
     add_source_arguments(p)
+    p.add_argument("--compile", action="store_true", help="torch.compile the networks of the "
+                   "backward-free methods (fine-tuning methods run eagerly); wall times include "
+                   "the compilation; --set 'compile={backend=\"aot_eager\"}' instead passes "
+                   "torch.compile's arguments")
     p.add_argument("--out", help="run folder (default runs/<grid title>)")
     p.add_argument("--workers", type=positive_int, default=1, help="parallel worker processes")
     p.add_argument("--device", type=device, default="cpu", help="torch device, e.g. cpu or cuda")
@@ -72,6 +76,8 @@ def run_bench(args: argparse.Namespace) -> int:
     overrides = []
     if args.dataset and not args.config:  # the embedded grid's row cut and title are digits'
         overrides += ['stream.n_samples="all"', f'title="Table 1 layout on {args.dataset}"']
+    if args.compile:
+        overrides.append("compile=true")
     overrides += args.overrides  # after those, so that --set stream.n_samples=N wins
     if args.methods:
         overrides.append(f"methods={args.methods!r}".replace("'", '"'))

@@ -5,6 +5,9 @@ A grid file has these tables (every key optional except where noted; an unknown 
     title = "Table 1"
     seeds = [0]
     protocol = "dyn-paper"                      # or "published" (see dyntta.bench.protocols)
+    compile = false                             # true: torch.compile the backward-free methods'
+                                                # networks (fine-tuning methods run eagerly); or
+                                                # torch.compile's arguments: { backend = "eager" }
     methods = ["source", "tbn", "dyn"]          # default: every registered method
     columns = ["dataset", "scenario"]           # table columns (default: the fields that vary)
 
@@ -61,7 +64,7 @@ from dyntta.methods import available_methods, method_class
 from dyntta.methods.base import config_from_options
 
 TOP_KEYS = {"title", "seeds", "methods", "columns", "stream", "datasets", "options", "protocol",
-            "executor"}
+            "compile", "executor"}
 STREAM_KEYS = {"scenarios", "batch_sizes", "n_domains", "rounds", "deltas", "severity", "n_samples"}
 DATASET_KEYS = {"name", "path", "checkpoint", "family"}
 EXECUTORS = ("process", "slurm")
@@ -110,16 +113,29 @@ class Cell:
     options: tuple[tuple[str, Any], ...]
     seed: int
     protocol: str
+    compile: bool | tuple[tuple[str, Any], ...] = False
+    """Whether the method's network runs compiled: ``False``, ``True`` or ``torch.compile``'s
+    arguments as sorted (name, value) pairs."""
+
+    @property
+    def compile_option(self) -> bool | dict[str, Any]:
+        """``compile=`` of :func:`dyntta.adapt`."""
+        return self.compile if isinstance(self.compile, bool) else dict(self.compile)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["options"] = dict(self.options)
+        d["compile"] = self.compile_option
         return d
 
     @property
     def key(self) -> str:
-        """A stable identifier of the cell's configuration (hex digest of its JSON)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True)
+        """A stable identifier of the cell's configuration (hex digest of its JSON; an eager
+        cell's leaves ``compile`` out, so results written before that field still resume)."""
+        d = self.to_dict()
+        if self.compile is False:
+            del d["compile"]
+        blob = json.dumps(d, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -141,6 +157,7 @@ class Grid:
     options: dict[str, dict[str, Any]]
     columns: tuple[str, ...] | None
     protocol: str
+    compile: bool | tuple[tuple[str, Any], ...] = False
     executor: ExecutorSpec = ExecutorSpec()
 
     def cells(self) -> list[Cell]:
@@ -153,10 +170,12 @@ class Grid:
                 for method, seed in itertools.product(self.methods, self.seeds):
                     opts = {**protocol_options(method, self.protocol, ds.family),
                             **self.options.get(method, {})}
-                    config_from_options(method_class(method).Config, opts)  # valid together
+                    cls = method_class(method)
+                    config_from_options(cls.Config, opts)  # valid together
                     out.append(
                         Cell(ds, scenario, b, nd, r, delta, self.severity, self.n_samples,
-                             method, tuple(sorted(opts.items())), seed, self.protocol)
+                             method, tuple(sorted(opts.items())), seed, self.protocol,
+                             False if cls.backward else self.compile)
                     )
         return out
 
@@ -243,6 +262,7 @@ def parse_grid(raw: dict[str, Any], where: str = "grid") -> Grid:
         options={m: dict(o) for m, o in options.items()},
         columns=columns,
         protocol=protocol,
+        compile=compile_setting(raw.get("compile", False), where),
         executor=parse_executor(raw.get("executor", {}), where),
     )
     if not 1 <= grid.severity <= 5:
@@ -252,6 +272,16 @@ def parse_grid(raw: dict[str, Any], where: str = "grid") -> Grid:
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
     return grid
+
+
+def compile_setting(value: Any, where: str) -> bool | tuple[tuple[str, Any], ...]:
+    """The grid's ``compile``: a boolean, or a table of ``torch.compile`` arguments."""
+    if isinstance(value, dict):
+        return tuple(sorted(value.items()))
+    if not isinstance(value, bool):
+        raise ValueError(f"{where}: compile must be true, false or a table of torch.compile "
+                         f"arguments, got {value!r}")
+    return value
 
 
 def parse_executor(table: Any, where: str) -> ExecutorSpec:

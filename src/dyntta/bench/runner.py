@@ -106,7 +106,8 @@ def run_cell(cell: Cell, source: Source, device: str = "cpu", progress: bool = F
         n_samples=cell.n_samples,
     )
     torch.manual_seed(cell.seed)
-    method = dyntta.adapt(source.model, cell.method, **dict(cell.options)).to(dev)
+    method = dyntta.adapt(source.model, cell.method, compile=cell.compile_option, **dict(cell.options))
+    method = method.to(dev)
     n_domains = len(stream.domains)
     correct = torch.zeros(n_domains, dtype=torch.long)
     seen = torch.zeros(n_domains, dtype=torch.long)
