@@ -25,14 +25,19 @@ def npz_and_checkpoint(tmp_path):
     return tmp_path
 
 
-def test_bench_then_report_on_a_built_npz_set(npz_and_checkpoint, capsys):
-    d = npz_and_checkpoint
+def tiny_bench(d, n_domains: int) -> list[str]:
+    """``dyntta bench`` arguments for a CrossMix grid (B = 8) on the fixture's npz and model."""
     grid = d / "grid.toml"
     grid.write_text('title = "tiny"\n[stream]\nscenarios = ["crossmix"]\nbatch_sizes = [8]\n'
-                    'n_domains = [3]\n[[datasets]]\nname = "npz"\npath = "clean.npz"\n'
-                    'checkpoint = "tiny.pt"\n')
-    args = ["bench", "--config", str(grid), "--data-dir", str(d), "--cache-dir", str(d / "cache"),
-            "--out", str(d / "run"), "--methods", "source", "dyn", "--no-progress"]
+                    f'n_domains = [{n_domains}]\n[[datasets]]\nname = "npz"\n'
+                    'path = "clean.npz"\ncheckpoint = "tiny.pt"\n')
+    return ["bench", "--config", str(grid), "--data-dir", str(d), "--cache-dir",
+            str(d / "cache"), "--no-progress"]
+
+
+def test_bench_then_report_on_a_built_npz_set(npz_and_checkpoint, capsys):
+    d = npz_and_checkpoint
+    args = [*tiny_bench(d, n_domains=3), "--out", str(d / "run"), "--methods", "source", "dyn"]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "| source |" in out and "| dyn |" in out and "results and report in" in out
@@ -48,12 +53,7 @@ def test_bench_then_report_on_a_built_npz_set(npz_and_checkpoint, capsys):
 
 def test_bench_compile_runs_compiled_and_records_it(npz_and_checkpoint, capsys):
     d = npz_and_checkpoint
-    grid = d / "grid.toml"
-    grid.write_text('title = "tiny"\n[stream]\nscenarios = ["crossmix"]\nbatch_sizes = [8]\n'
-                    'n_domains = [2]\nn_samples = 8\n[[datasets]]\nname = "npz"\n'
-                    'path = "clean.npz"\ncheckpoint = "tiny.pt"\n')
-    base = ["bench", "--config", str(grid), "--data-dir", str(d), "--cache-dir", str(d / "cache"),
-            "--methods", "dyn", "--no-progress"]
+    base = [*tiny_bench(d, n_domains=2), "--set", "stream.n_samples=8", "--methods", "dyn"]
     assert main([*base, "--out", str(d / "eager")]) == 0
     assert main([*base, "--compile", "--set", 'compile={backend="eager"}',  # --set wins
                  "--out", str(d / "compiled")]) == 0
