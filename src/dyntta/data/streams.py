@@ -120,6 +120,10 @@ def label_shift_order(
         for members in by_class:
             members = rng.permutation(members)
             open_chunks = sizes < m / num_classes
+            if not open_chunks.any():  # then sizes sum to >= m: every sample is placed, and this
+                for part in parts:     # class is empty (a draw would be all zeros forever)
+                    part.append(members)
+                continue
             for _ in range(MAX_ATTEMPTS):
                 proportions = rng.dirichlet(np.full(num_classes, delta)) * open_chunks
                 if proportions.sum() > 0:
