@@ -157,12 +157,15 @@ def test_bad_labels_are_refused_before_anything_is_built(outcomes):
     assert not (d / "m.pt").exists()  # train --epochs 0 / negative labels: no checkpoint
 
 
-def test_ctrl_c_during_bench_keeps_the_results_and_says_how_to_resume(tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_during_bench_keeps_the_results_and_says_how_to_resume(tmp_path, workers):
     """SIGINT to the process group (what Ctrl-C in a terminal sends) after the first record:
-    one line naming the results file and how to resume; the same command then finishes the
-    grid, keeping the records written before the interruption."""
+    one line naming the results file and how to resume (with worker processes too, which stop
+    with the driver); the same command then finishes the grid, keeping the records written
+    before the interruption."""
     write_inputs(tmp_path)
-    args = [*BENCH, "--out", "big", "--methods", "source", "tbn", "--seeds", *map(str, range(20))]
+    args = [*BENCH, "--out", "big", "--methods", "source", "tbn", "--seeds", *map(str, range(20)),
+            "--workers", workers]
     proc = dyntta(*args, cwd=tmp_path, start_new_session=True)
     results = tmp_path / "big" / "results.jsonl"
     deadline = time.monotonic() + 240

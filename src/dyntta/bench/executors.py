@@ -20,12 +20,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
 import torch
+from tqdm import tqdm
 
 from dyntta.bench.config import Cell, ExecutorSpec
 
@@ -81,11 +83,13 @@ class ProcessExecutor:
 
     def map(self, job: Job, cells: list[Cell]) -> Iterator[Outcome]:
         context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(
-            self.workers, mp_context=context, initializer=signal.signal,
-            initargs=(signal.SIGINT, signal.SIG_IGN),  # Ctrl-C stops the driver, not the workers
-        ) as pool:
+        # Ctrl-C stops the driver, which stops the workers: processes spawned here (the pool's
+        # helper and workers, spawned by submit) inherit an ignored SIGINT from birth
+        with _handling(signal.SIGINT, signal.SIG_IGN):
+            pool = concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=context,
+                                                          initializer=_worker_start)
             futures = {pool.submit(job, cell): cell for cell in cells}
+        with pool:
             try:
                 for future in concurrent.futures.as_completed(futures):
                     cell = futures[future]
@@ -93,9 +97,23 @@ class ProcessExecutor:
                         yield cell, future.result()
                     except Exception as exc:  # reported with its cell; the other cells go on
                         yield cell, Failure(cell.key, f"{type(exc).__name__}: {exc}")
-            except KeyboardInterrupt:  # drop the queued cells; the running ones end first
-                pool.shutdown(wait=False, cancel_futures=True)
+            except BaseException:  # Ctrl-C, or the driver stops early: nothing more is recorded
+                _terminate(pool)
                 raise
+
+
+def _worker_start() -> None:
+    """Workers show no progress bars: give tqdm a thread lock instead of the semaphore it would
+    make, which a worker stopped mid-cell could not release (Python warns of a leak at exit)."""
+    tqdm.set_lock(threading.RLock())
+
+
+def _terminate(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+    """Drop the queued cells and stop the running ones now (their records would be dropped
+    anyway): ``ProcessPoolExecutor.terminate_workers`` of Python 3.14, for older versions."""
+    for process in list((pool._processes or {}).values()):
+        process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)  # the pool sees its workers gone and cleans up
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,7 +178,7 @@ class SlurmExecutor:
         )
         jobs = {}
         try:
-            with _sigterm_as_interrupt():
+            with _handling(signal.SIGTERM, _interrupt):  # SIGTERM cancels the jobs too
                 jobs = dict(zip(executor.map_array(SharedCheck(job, marker), cells), cells))
                 if self.log is not None:
                     first = next(iter(jobs))
@@ -228,20 +246,21 @@ def _ended_unrecorded(jobs: list[Any]) -> dict[Any, str]:
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt while jobs are out, so that they get cancelled."""
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
+def _handling(signum: int, handler: Any) -> Iterator[None]:
+    """Set ``handler`` for ``signum`` in the block (main thread only; elsewhere left alone)."""
     try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread: leave signals alone
+        previous = signal.signal(signum, handler)
+    except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signum, previous)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def make_executor(spec: ExecutorSpec, workers: int, folder: Path, cache: Path) -> Executor:
