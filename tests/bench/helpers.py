@@ -39,6 +39,7 @@ name = "digits"
 """
 
 NPZ_GRID_TOML = """title = "tiny npz"
+methods = ["source", "tbn", "dyn"]
 [stream]
 scenarios = ["crossmix"]
 batch_sizes = [8]

@@ -21,19 +21,8 @@ from dyntta.bench.config import load_grid
 from dyntta.bench.results import read_results
 from dyntta.cli import main
 from dyntta.models import save_checkpoint
+from tests.bench.helpers import NPZ_GRID_TOML
 from tests.conftest import tiny_resnet
-
-GRID = """title = "slurm"
-methods = ["source", "tbn", "dyn"]
-[stream]
-scenarios = ["crossmix"]
-batch_sizes = [8]
-n_domains = [3]
-[[datasets]]
-name = "npz"
-path = "clean.npz"
-checkpoint = "tiny.pt"
-"""
 
 
 def slurm_unavailable() -> str | None:
@@ -62,7 +51,7 @@ def cluster_data(tmp_path_factory):
     np.savez(d / "clean.npz", x=rng.integers(0, 256, (16, 32, 32, 3), dtype=np.uint8),
              y=rng.integers(0, 3, 16))
     save_checkpoint(tiny_resnet(), d / "tiny.pt", classes=["a", "b", "c"])
-    (d / "grid.toml").write_text(GRID)
+    (d / "grid.toml").write_text(NPZ_GRID_TOML)
     return d
 
 
