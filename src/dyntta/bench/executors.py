@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, Protocol
 import torch
 from tqdm import tqdm
 
+from dyntta.atomic import write_atomic
 from dyntta.bench.config import Cell, ExecutorSpec
 
 Job = Callable[[Cell], dict]
@@ -174,21 +175,29 @@ class SlurmExecutor:
         executor.update_parameters(
             name="dyntta", timeout_min=s.slurm_time, gpus_per_node=s.gpus_per_cell,
             cpus_per_task=s.cpus_per_cell, slurm_array_parallelism=s.array_parallelism,
+            # submitit's time-limit warning, 90 s before the end by default: with a 1- or 2-minute
+            # limit that would come before the job has loaded its cell (and kill it unnamed)
+            slurm_signal_delay_s=min(90, 30 * s.slurm_time),
             **({"slurm_partition": s.slurm_partition} if s.slurm_partition else {}),
         )
+        arrays = self.folder / "arrays"  # the array this driver has out, until it ends
+        if self.cluster == "slurm":
+            self._cancel_leftovers(arrays)
         jobs = {}
         try:
             with _handling(signal.SIGTERM, _interrupt):  # SIGTERM cancels the jobs too
                 jobs = dict(zip(executor.map_array(SharedCheck(job, marker), cells), cells))
+                array = next(iter(jobs)).job_id.split("_")[0]
+                if self.cluster == "slurm":
+                    write_atomic(arrays, array + "\n")
                 if self.log is not None:
-                    first = next(iter(jobs))
-                    print(f"submitted {len(jobs)} cells as Slurm job array "
-                          f"{first.job_id.split('_')[0]} (logs in {self.folder})", file=self.log)
+                    print(f"submitted {len(jobs)} cells as Slurm job array {array} "
+                          f"(logs in {self.folder})", file=self.log)
                 suspects, checked = {}, time.monotonic()
                 while jobs:
                     for j in [j for j in jobs if j.done()]:
                         cell = jobs.pop(j)
-                        yield cell, _outcome(j, cell)
+                        yield cell, _outcome(j, cell, s.slurm_time)
                     if self.cluster == "slurm" and time.monotonic() - checked > self.recheck_s:
                         gone = _ended_unrecorded([j for j in jobs if j.state == "UNKNOWN"])
                         for j in set(gone) & set(suspects):
@@ -203,10 +212,28 @@ class SlurmExecutor:
             for j in jobs:  # the driver stops early: cancel what it would not record
                 j.cancel(check=False)
             marker.unlink(missing_ok=True)
+            arrays.unlink(missing_ok=True)
+
+    def _cancel_leftovers(self, arrays: Path) -> None:
+        """Cancel the array of a driver that was killed before it could (SIGKILL, a lost node):
+        its jobs would run on with nobody to record them. The run folder's lock guarantees
+        that driver is gone."""
+        if not arrays.is_file():
+            return
+        ids = arrays.read_text().split()
+        subprocess.run(["scancel", *ids], capture_output=True, timeout=60, check=False)
+        arrays.unlink()
+        if self.log is not None:
+            print(f"cancelled Slurm job array {', '.join(ids)}, left by a driver that was "
+                  "killed", file=self.log)
 
 
-def _outcome(job: Any, cell: Cell) -> dict | Failure:
-    """The record of a finished submitit job, or its failure with the cause and the log."""
+def _outcome(job: Any, cell: Cell, minutes: int) -> dict | Failure:
+    """The record of a finished submitit job, or its failure with the cause and the log.
+
+    A job that reaches its time limit (``minutes``) gets submitit's signal shortly before it and
+    ends with submitit's "timed-out and not checkpointable", or, if it could not act on the
+    signal, Slurm ends it with state TIMEOUT; either way it is named as a time limit."""
     from submitit.core.utils import FailedJobError
 
     try:
@@ -217,6 +244,8 @@ def _outcome(job: Any, cell: Cell) -> dict | Failure:
         reason = next((line for line in reversed(lines) if line), type(exc).__name__)
     except Exception:  # UncompletedJobError: time limit, node loss, cancelled
         reason = f"ended without a result (Slurm state {job.state})"
+    if "timed-out and not checkpointable" in reason or "state TIMEOUT" in reason:
+        reason = f"reached its time limit of {minutes} min (give more with --slurm-time)"
     return Failure(cell.key, f"job {job.job_id}: {reason}", _log(job))
 
 
