@@ -206,3 +206,16 @@ def test_a_torn_line_in_the_middle_of_results_is_skipped_with_a_warning(outcomes
     rerun = json.loads((d / "torn" / "results.jsonl").read_text().splitlines()[-1])
     first = json.loads(whole)
     assert (rerun["key"], rerun["batch_correct"]) == (first["key"], first["batch_correct"])
+
+
+def test_a_warm_make_c_prints_no_empty_progress_bar(tmp_path):
+    write_inputs(tmp_path)
+    args = ("make-c", "clean.npz", "c", "--severities", "5", "--corruptions", "fog")
+    errs = []
+    for _ in range(2):
+        proc = dyntta(*args, cwd=tmp_path)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        errs.append(err)
+    assert "make-c" in errs[0] and "chunk" in errs[0]  # the cold build shows its bar
+    assert "chunk" not in errs[1] and "Traceback" not in errs[1], errs[1]
