@@ -18,21 +18,12 @@ import torch
 
 from dyntta.cli import main
 from dyntta.models import save_checkpoint
+from tests.bench.helpers import NPZ_GRID_TOML
 from tests.conftest import tiny_resnet
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 ROOT = os.geteuid() == 0  # root ignores file permissions: chmod cannot make a folder unwritable
 BENCH = ["bench", "--config", "grid.toml", "--no-progress", "--methods", "source"]
-GRID = """title = "tiny"
-[stream]
-scenarios = ["crossmix"]
-batch_sizes = [8]
-n_domains = [3]
-[[datasets]]
-name = "npz"
-path = "clean.npz"
-checkpoint = "tiny.pt"
-"""
 
 
 def dyntta(*args: str, cwd: Path, **popen) -> subprocess.Popen:
@@ -57,7 +48,8 @@ def write_inputs(d: Path) -> None:
         save_checkpoint(model, d / name)
     (d / "text.pt").write_text("hello\n")
     (d / "afile").write_text("a regular file\n")
-    (d / "grid.toml").write_text(GRID)
+    (d / "grid.toml").write_text(NPZ_GRID_TOML)
+    (d / "noconfig.jsonl").write_text('{"key": "x", "accuracy": 0.5}\n')
     (d / "ro").mkdir()
     (d / "ro").chmod(0o500)
 
@@ -103,6 +95,11 @@ CASES = {
     "make-c-seed": (["make-c", "clean.npz", "c", "--seed", "-1"], "argument --seed"),
     "report-out-under-a-file": (["report", "run/results.jsonl", "--out", "afile/rep"],
                                 "afile/rep: a part of this path is a file"),
+    "report-record-without-config": (["report", "noconfig.jsonl"],
+                                     "record 1 has no 'config'"),
+    "checkpoint-missing-default-grid": (["bench", "--checkpoint", "nope.th", "--out", "o8",
+                                         "--no-progress"], "checkpoint not found: nope.th"),
+    "download-unknown-set": (["download", "nope-c", "data"], "argument dataset: invalid choice"),
     "analyze-out-under-a-file": (["analyze", "alpha-sweep", "--out", "afile/an"],
                                  "afile/an: a part of this path is a file"),
 }
@@ -157,12 +154,15 @@ def test_bad_labels_are_refused_before_anything_is_built(outcomes):
     assert not (d / "m.pt").exists()  # train --epochs 0 / negative labels: no checkpoint
 
 
-def test_ctrl_c_during_bench_keeps_the_results_and_says_how_to_resume(tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_during_bench_keeps_the_results_and_says_how_to_resume(tmp_path, workers):
     """SIGINT to the process group (what Ctrl-C in a terminal sends) after the first record:
-    one line naming the results file and how to resume; the same command then finishes the
-    grid, keeping the records written before the interruption."""
+    one line naming the results file and how to resume (with worker processes too, which stop
+    with the driver); the same command then finishes the grid, keeping the records written
+    before the interruption."""
     write_inputs(tmp_path)
-    args = [*BENCH, "--out", "big", "--methods", "source", "tbn", "--seeds", *map(str, range(20))]
+    args = [*BENCH, "--out", "big", "--methods", "source", "tbn", "--seeds", *map(str, range(20)),
+            "--workers", workers]
     proc = dyntta(*args, cwd=tmp_path, start_new_session=True)
     results = tmp_path / "big" / "results.jsonl"
     deadline = time.monotonic() + 240
@@ -183,3 +183,39 @@ def test_ctrl_c_during_bench_keeps_the_results_and_says_how_to_resume(tmp_path):
     after = [json.loads(line) for line in results.read_text().splitlines()]
     assert after[: len(before)] == before
     assert len({r["key"] for r in after}) == len(after) == 40
+
+
+def test_a_torn_line_in_the_middle_of_results_is_skipped_with_a_warning(outcomes):
+    """A crash mid-append leaves a torn line that later appends bury in the middle: `report`
+    skips it with a one-line warning naming it, and `bench` re-runs its cell."""
+    d = outcomes["labels-negative"][2]
+    whole = (d / "run" / "results.jsonl").read_text()
+    (d / "torn").mkdir()
+    (d / "torn" / "results.jsonl").write_text('{"key": "cut sh\n' + whole)
+    report = dyntta("report", "torn/results.jsonl", cwd=d)
+    out, err = report.communicate(timeout=300)
+    assert report.returncode == 0 and "Traceback" not in err, err
+    assert err.startswith("dyntta report: warning: torn/results.jsonl: line 1 is not a whole "
+                          "JSON record; skipped"), err
+    assert "| source |" in out
+    assert len(err.strip().splitlines()) == 1, err
+    (d / "torn" / "results.jsonl").write_text('{"key": "cut sh\n')
+    bench = dyntta(*BENCH, "--out", "torn", "--cache-dir", "cache", cwd=d)
+    _, err = bench.communicate(timeout=300)
+    assert bench.returncode == 0 and "Traceback" not in err, err
+    rerun = json.loads((d / "torn" / "results.jsonl").read_text().splitlines()[-1])
+    first = json.loads(whole)
+    assert (rerun["key"], rerun["batch_correct"]) == (first["key"], first["batch_correct"])
+
+
+def test_a_warm_make_c_prints_no_empty_progress_bar(tmp_path):
+    write_inputs(tmp_path)
+    args = ("make-c", "clean.npz", "c", "--severities", "5", "--corruptions", "fog")
+    errs = []
+    for _ in range(2):
+        proc = dyntta(*args, cwd=tmp_path)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        errs.append(err)
+    assert "make-c" in errs[0] and "chunk" in errs[0]  # the cold build shows its bar
+    assert "chunk" not in errs[1] and "Traceback" not in errs[1], errs[1]

@@ -12,6 +12,7 @@ import errno
 import re
 import sys
 import textwrap
+import warnings
 from typing import Callable
 
 import dyntta
@@ -95,10 +96,16 @@ def os_error_message(exc: OSError) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one sub-command; bad input, file-system errors and Ctrl-C end with one line on stderr
-    (exit status 2, or 130 when interrupted), never a traceback."""
+    (exit status 2, or 130 when interrupted), never a traceback; a warning is one line too."""
     args = build_parser().parse_args(argv)
+
+    def warning_line(message, *_args, **_kwargs) -> None:  # not the file and line that warned
+        print(f"dyntta {args.command}: warning: {message}", file=sys.stderr)
+
     try:
-        return args.run(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = warning_line
+            return args.run(args)
     except (ValueError, RunFolderBusy) as exc:
         print(f"dyntta {args.command}: error: {exc}", file=sys.stderr)
     except OSError as exc:

@@ -1,6 +1,10 @@
-"""A tiny in-memory source for benchmark tests: 3 corruptions of 40 random images."""
+"""Benchmark test helpers: a tiny in-memory source (3 corruptions of 40 random images), grid
+files, and jobs for the executors."""
 
 from __future__ import annotations
+
+import time
+from pathlib import Path
 
 import numpy as np
 
@@ -33,3 +37,32 @@ n_domains = [3]
 [[datasets]]
 name = "digits"
 """
+
+NPZ_GRID_TOML = """title = "tiny npz"
+methods = ["source", "tbn", "dyn"]
+[stream]
+scenarios = ["crossmix"]
+batch_sizes = [8]
+n_domains = [3]
+[[datasets]]
+name = "npz"
+path = "clean.npz"
+checkpoint = "tiny.pt"
+"""
+# a grid over clean.npz (corrupted here) and its checkpoint tiny.pt, both beside the grid file
+
+
+def slow_on_seed_1(folder: Path, seconds: float, cell) -> dict:
+    """A job (bind the first two arguments with functools.partial): a seed-0 cell leaves
+    ``folder/fast`` and returns; a seed-1 cell waits for ``fast`` (so the seed-0 cell ends first),
+    leaves ``started``, sleeps ``seconds``, then leaves ``ended`` (a cell stopped early leaves no
+    ``ended``)."""
+    if cell.seed == 1:
+        while not (folder / "fast").exists():
+            time.sleep(0.05)
+        (folder / "started").touch()
+        time.sleep(seconds)
+        (folder / "ended").touch()
+    else:
+        (folder / "fast").touch()
+    return {"key": cell.key}

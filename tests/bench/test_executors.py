@@ -4,18 +4,20 @@ what is missing, jobs check that they see the cache, and the [executor] grid tab
 
 from __future__ import annotations
 
+import functools
 import io
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from dyntta.bench.config import ExecutorSpec, load_grid
-from dyntta.bench.executors import CellsFailed, SharedCheck, SlurmExecutor
+from dyntta.bench.executors import CellsFailed, ProcessExecutor, SharedCheck, SlurmExecutor
 from dyntta.bench.results import read_results
 from dyntta.bench.runner import run_grid
 from dyntta.cli import main
-from tests.bench.helpers import GRID_TOML, tiny_source
+from tests.bench.helpers import GRID_TOML, slow_on_seed_1, tiny_source
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = GRID_TOML.replace("seeds = [0, 1]", "seeds = [0]").replace(
@@ -84,6 +86,24 @@ def test_process_pool_reports_a_failing_cell_and_records_the_others(tmp_path):
                for f in failed.value.failures)
     assert {r["key"] for r in read_results(tmp_path / "r.jsonl")} == {
         c.key for c in grid.cells() if c.n_domains == 3}
+
+
+def test_an_interrupted_process_pool_stops_its_running_cells_at_once(tmp_path):
+    """Ctrl-C in the driver (a KeyboardInterrupt where it waits for outcomes) stops the cells
+    still running instead of waiting for them: the slow cell never reaches its end."""
+    cells = grid_file(tmp_path, GRID_TOML).cells()
+    fast, slow = (next(c for c in cells if c.seed == seed) for seed in (0, 1))
+    outcomes = ProcessExecutor(2).map(functools.partial(slow_on_seed_1, tmp_path, 3.0),
+                                      [fast, slow])
+    assert next(outcomes) == (fast, {"key": fast.key})
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "started").exists():
+        assert time.monotonic() < deadline, "the slow cell did not start"
+        time.sleep(0.05)
+    with pytest.raises(KeyboardInterrupt):
+        outcomes.throw(KeyboardInterrupt)
+    time.sleep(4.0)  # longer than the slow cell would still have taken
+    assert not (tmp_path / "ended").exists()
 
 
 def test_a_job_that_does_not_see_the_cache_folder_says_so(tmp_path):

@@ -1,10 +1,12 @@
 """`dyntta bench --executor slurm` against a real Slurm cluster (`.ci/slurm-up` starts a one-node
 one on this machine; `.ci/run` does so in CI): the same records as the serial run, a run killed
-mid-way re-run submits only the missing cells, a failing job is reported with its cell and log.
-Skips with the reason when no cluster answers, unless DYNTTA_REQUIRE_SLURM=1 (CI) makes it fail."""
+mid-way re-run submits only the missing cells, a failing job (an exception, a job lost before
+it ran, the time limit) is reported with its cell and log, and the jobs of a driver killed with
+SIGKILL are cancelled by the next run. Skips with the reason when no cluster answers, unless DYNTTA_REQUIRE_SLURM=1 (CI) makes it fail."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -17,23 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dyntta.bench.config import load_grid
+from dyntta.bench.config import ExecutorSpec, load_grid
+from dyntta.bench.executors import Failure, SlurmExecutor
 from dyntta.bench.results import read_results
 from dyntta.cli import main
 from dyntta.models import save_checkpoint
+from tests.bench.helpers import GRID_TOML, NPZ_GRID_TOML, slow_on_seed_1
 from tests.conftest import tiny_resnet
-
-GRID = """title = "slurm"
-methods = ["source", "tbn", "dyn"]
-[stream]
-scenarios = ["crossmix"]
-batch_sizes = [8]
-n_domains = [3]
-[[datasets]]
-name = "npz"
-path = "clean.npz"
-checkpoint = "tiny.pt"
-"""
 
 
 def slurm_unavailable() -> str | None:
@@ -62,8 +54,51 @@ def cluster_data(tmp_path_factory):
     np.savez(d / "clean.npz", x=rng.integers(0, 256, (16, 32, 32, 3), dtype=np.uint8),
              y=rng.integers(0, 3, 16))
     save_checkpoint(tiny_resnet(), d / "tiny.pt", classes=["a", "b", "c"])
-    (d / "grid.toml").write_text(GRID)
+    (d / "grid.toml").write_text(NPZ_GRID_TOML)
     return d
+
+
+def test_a_cell_past_its_time_limit_is_reported_as_such(cluster_data, tmp_path, monkeypatch):
+    """A 1-minute limit: submitit's warning signal comes 30 s before the end; the cell that
+    would sleep 10 minutes is reported as timed out, the quick one is recorded."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(  # jobs import tests.bench.helpers
+        filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")])))
+    (tmp_path / "grid.toml").write_text(GRID_TOML)
+    cells = load_grid(tmp_path / "grid.toml").cells()
+    fast, slow = (next(c for c in cells if c.seed == seed) for seed in (0, 1))
+    executor = SlurmExecutor(ExecutorSpec("slurm", slurm_time=1), tmp_path / "jobs",
+                             tmp_path / "cache", poll_s=0.5, log=None)
+    outcomes = dict(executor.map(functools.partial(slow_on_seed_1, tmp_path, 600), [fast, slow]))
+    assert outcomes[fast] == {"key": fast.key}
+    failure = outcomes[slow]
+    assert isinstance(failure, Failure) and failure.key == slow.key
+    assert re.fullmatch(r"job \d+_1: reached its time limit of 1 min \(give more with "
+                        r"--slurm-time\)", failure.message), failure.message
+    assert "timed-out" in Path(failure.log).read_text()
+    assert not (tmp_path / "ended").exists()
+
+
+def test_the_jobs_of_a_killed_driver_are_cancelled_by_the_next_run(cluster_data):
+    """SIGKILL leaves the driver no chance to cancel its jobs; the next run of the same command
+    cancels that array before it submits the missing cells, and ends with the serial records."""
+    d = cluster_data
+    if not (d / "serial" / "results.jsonl").is_file():
+        assert main(bench_args(d, "serial")) == 0
+    run = start_bench(d, "killed", "--executor", "slurm", "--array-parallelism", "1")
+    array = re.search(r"submitted 3 cells as Slurm job array (\d+)", run.stderr.readline()).group(1)
+    run.kill()
+    run.communicate(timeout=60)
+    assert "PENDING" in subprocess.run(["squeue", "-h", "-j", array, "-o", "%T"],
+                                       capture_output=True, text=True).stdout
+    rerun = start_bench(d, "killed", "--executor", "slurm")
+    err = rerun.communicate(timeout=600)[1]
+    assert rerun.returncode == 0, err
+    assert f"cancelled Slurm job array {array}, left by a driver that was killed" in err
+    queue = subprocess.run(["squeue", "-h", "-j", array, "-o", "%T"], capture_output=True,
+                           text=True).stdout
+    assert "RUNNING" not in queue and "PENDING" not in queue, queue
+    assert by_key(read_results(d / "killed" / "results.jsonl")) == by_key(
+        read_results(d / "serial" / "results.jsonl"))
 
 
 def bench_args(d: Path, out: str, *extra: str) -> list[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tqdm import tqdm
 
 from dyntta.cli import main
 from dyntta.data import load_corrupted
@@ -121,6 +122,14 @@ def test_download_verifies_extracts_into_the_loader_layout_and_cleans_up(server,
     server.requests.clear()
     download(cifar_dataset(server, data), tmp_path, progress=False)  # present: nothing fetched
     assert server.requests == []
+
+
+def test_the_progress_bar_counts_the_archive_bytes(server, tmp_path, capsys):
+    data, _ = cifar_like()
+    download(cifar_dataset(server, data), tmp_path, progress=True)
+    bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    size = tqdm.format_sizeof(len(data))
+    assert bar.startswith("CIFAR-10-C.tar: 100%") and f" {size}/{size} " in bar, bar
 
 
 def test_truncated_partial_download_resumes_with_a_range_request(server, tmp_path):

@@ -20,13 +20,16 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
 import torch
+from tqdm import tqdm
 
+from dyntta.atomic import write_atomic
 from dyntta.bench.config import Cell, ExecutorSpec
 
 Job = Callable[[Cell], dict]
@@ -81,11 +84,13 @@ class ProcessExecutor:
 
     def map(self, job: Job, cells: list[Cell]) -> Iterator[Outcome]:
         context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(
-            self.workers, mp_context=context, initializer=signal.signal,
-            initargs=(signal.SIGINT, signal.SIG_IGN),  # Ctrl-C stops the driver, not the workers
-        ) as pool:
+        # Ctrl-C stops the driver, which stops the workers: processes spawned here (the pool's
+        # helper and workers, spawned by submit) inherit an ignored SIGINT from birth
+        with _handling(signal.SIGINT, signal.SIG_IGN):
+            pool = concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=context,
+                                                          initializer=_worker_start)
             futures = {pool.submit(job, cell): cell for cell in cells}
+        with pool:
             try:
                 for future in concurrent.futures.as_completed(futures):
                     cell = futures[future]
@@ -93,9 +98,23 @@ class ProcessExecutor:
                         yield cell, future.result()
                     except Exception as exc:  # reported with its cell; the other cells go on
                         yield cell, Failure(cell.key, f"{type(exc).__name__}: {exc}")
-            except KeyboardInterrupt:  # drop the queued cells; the running ones end first
-                pool.shutdown(wait=False, cancel_futures=True)
+            except BaseException:  # Ctrl-C, or the driver stops early: nothing more is recorded
+                _terminate(pool)
                 raise
+
+
+def _worker_start() -> None:
+    """Workers show no progress bars: give tqdm a thread lock instead of the semaphore it would
+    make, which a worker stopped mid-cell could not release (Python warns of a leak at exit)."""
+    tqdm.set_lock(threading.RLock())
+
+
+def _terminate(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+    """Drop the queued cells and stop the running ones now (their records would be dropped
+    anyway): ``ProcessPoolExecutor.terminate_workers`` of Python 3.14, for older versions."""
+    for process in list((pool._processes or {}).values()):
+        process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)  # the pool sees its workers gone and cleans up
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,21 +175,29 @@ class SlurmExecutor:
         executor.update_parameters(
             name="dyntta", timeout_min=s.slurm_time, gpus_per_node=s.gpus_per_cell,
             cpus_per_task=s.cpus_per_cell, slurm_array_parallelism=s.array_parallelism,
+            # submitit's time-limit warning, 90 s before the end by default: with a 1- or 2-minute
+            # limit that would come before the job has loaded its cell (and kill it unnamed)
+            slurm_signal_delay_s=min(90, 30 * s.slurm_time),
             **({"slurm_partition": s.slurm_partition} if s.slurm_partition else {}),
         )
+        arrays = self.folder / "arrays"  # the array this driver has out, until it ends
+        if self.cluster == "slurm":
+            self._cancel_leftovers(arrays)
         jobs = {}
         try:
-            with _sigterm_as_interrupt():
+            with _handling(signal.SIGTERM, _interrupt):  # SIGTERM cancels the jobs too
                 jobs = dict(zip(executor.map_array(SharedCheck(job, marker), cells), cells))
+                array = next(iter(jobs)).job_id.split("_")[0]
+                if self.cluster == "slurm":
+                    write_atomic(arrays, array + "\n")
                 if self.log is not None:
-                    first = next(iter(jobs))
-                    print(f"submitted {len(jobs)} cells as Slurm job array "
-                          f"{first.job_id.split('_')[0]} (logs in {self.folder})", file=self.log)
+                    print(f"submitted {len(jobs)} cells as Slurm job array {array} "
+                          f"(logs in {self.folder})", file=self.log)
                 suspects, checked = {}, time.monotonic()
                 while jobs:
                     for j in [j for j in jobs if j.done()]:
                         cell = jobs.pop(j)
-                        yield cell, _outcome(j, cell)
+                        yield cell, _outcome(j, cell, s.slurm_time)
                     if self.cluster == "slurm" and time.monotonic() - checked > self.recheck_s:
                         gone = _ended_unrecorded([j for j in jobs if j.state == "UNKNOWN"])
                         for j in set(gone) & set(suspects):
@@ -185,10 +212,28 @@ class SlurmExecutor:
             for j in jobs:  # the driver stops early: cancel what it would not record
                 j.cancel(check=False)
             marker.unlink(missing_ok=True)
+            arrays.unlink(missing_ok=True)
+
+    def _cancel_leftovers(self, arrays: Path) -> None:
+        """Cancel the array of a driver that was killed before it could (SIGKILL, a lost node):
+        its jobs would run on with nobody to record them. The run folder's lock guarantees
+        that driver is gone."""
+        if not arrays.is_file():
+            return
+        ids = arrays.read_text().split()
+        subprocess.run(["scancel", *ids], capture_output=True, timeout=60, check=False)
+        arrays.unlink()
+        if self.log is not None:
+            print(f"cancelled Slurm job array {', '.join(ids)}, left by a driver that was "
+                  "killed", file=self.log)
 
 
-def _outcome(job: Any, cell: Cell) -> dict | Failure:
-    """The record of a finished submitit job, or its failure with the cause and the log."""
+def _outcome(job: Any, cell: Cell, minutes: int) -> dict | Failure:
+    """The record of a finished submitit job, or its failure with the cause and the log.
+
+    A job that reaches its time limit (``minutes``) gets submitit's signal shortly before it and
+    ends with submitit's "timed-out and not checkpointable", or, if it could not act on the
+    signal, Slurm ends it with state TIMEOUT; either way it is named as a time limit."""
     from submitit.core.utils import FailedJobError
 
     try:
@@ -199,6 +244,8 @@ def _outcome(job: Any, cell: Cell) -> dict | Failure:
         reason = next((line for line in reversed(lines) if line), type(exc).__name__)
     except Exception:  # UncompletedJobError: time limit, node loss, cancelled
         reason = f"ended without a result (Slurm state {job.state})"
+    if "timed-out and not checkpointable" in reason or "state TIMEOUT" in reason:
+        reason = f"reached its time limit of {minutes} min (give more with --slurm-time)"
     return Failure(cell.key, f"job {job.job_id}: {reason}", _log(job))
 
 
@@ -228,20 +275,21 @@ def _ended_unrecorded(jobs: list[Any]) -> dict[Any, str]:
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt while jobs are out, so that they get cancelled."""
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
+def _handling(signum: int, handler: Any) -> Iterator[None]:
+    """Set ``handler`` for ``signum`` in the block (main thread only; elsewhere left alone)."""
     try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread: leave signals alone
+        previous = signal.signal(signum, handler)
+    except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signum, previous)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def make_executor(spec: ExecutorSpec, workers: int, folder: Path, cache: Path) -> Executor:
