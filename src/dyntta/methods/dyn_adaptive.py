@@ -48,6 +48,8 @@ class DYNAdaptiveConfig:
         labels, and a weight that falls with its size let label shift through (measured: Wild,
         BENCHMARKS.md).
     window: samples whose instance statistics each layer keeps and clusters with the batch.
+    top_up: the window only tops a batch of B samples up to ``window`` samples (it supplies
+        ``max(0, window - B)``), so batches of ``window`` or more are unchanged by it.
     """
 
     alpha: float = 0.8
@@ -59,7 +61,8 @@ class DYNAdaptiveConfig:
     instance_k: float | None = 8.0
     cluster_fraction: float = 0.5
     deep_source_weight: Literal["same", "fixed", "size", "shift"] = "fixed"
-    window: int = 0
+    window: int = 64
+    top_up: bool = True
 
     def __post_init__(self):
         check_unit_interval("alpha", self.alpha)
@@ -96,7 +99,7 @@ class DYNAdaptive(NormalizationMethod):
         layer = ClusterAwareBatchNorm2d(
             bn, c.alpha, c.mix, c.unbiased, merge_levels=c.merge_levels, source_weight=weight,
             prior_strength=c.prior_strength, instance_k=c.instance_k, cluster=cluster,
-            window=c.window,
+            window=c.window, top_up=c.top_up,
         )
         self._built += 1
         return layer
