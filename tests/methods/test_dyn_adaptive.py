@@ -39,6 +39,14 @@ def test_layers_that_do_not_cluster_use_the_deep_source_weight(deep, expected):
     assert {w for c, w in weights if not c} == {expected}
 
 
+@pytest.mark.parametrize("where", ["all", "clustered"])
+def test_instance_layers_picks_the_layers_with_the_instance_rule(where):
+    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=0.5, instance_k=3.0,
+                          instance_layers=where)
+    rules = {(layer.cluster, layer.instance_k) for layer in cabn_layers(method)}
+    assert rules == {(True, 3.0), (False, 3.0 if where == "all" else None)}
+
+
 def test_window_state_is_cleared_by_reset():
     method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", window=6)
     stream = [random_images(b, seed=b) for b in (1, 3, 4)]
@@ -63,7 +71,7 @@ def test_window_lets_one_sample_batches_use_past_samples():
 @pytest.mark.parametrize(
     "option", [{"cluster_fraction": 1.5}, {"instance_k": -1.0}, {"window": -1},
                {"source_weight": "both"}, {"merge_levels": -1},
-               {"deep_source_weight": "deep"}]
+               {"deep_source_weight": "deep"}, {"instance_layers": "deep"}]
 )
 def test_bad_options_are_named(option):
     with pytest.raises(ValueError, match=next(iter(option))):
