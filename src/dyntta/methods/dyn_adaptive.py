@@ -96,7 +96,13 @@ class DYNAdaptiveConfig:
 
 @register
 class DYNAdaptive(NormalizationMethod):
-    """Every BN layer becomes a cluster-aware BN with the adaptive options of the config."""
+    """Beyond the DYN paper: DYN's cluster-aware BN with size-weighted clusters in the shallow
+    half of the layers, mixed batch statistics in the deep half, NOTE's instance rule (k = 16)
+    and a window that tops small batches up to 64 samples' statistics.
+
+    Every BN layer becomes a :class:`~dyntta.norm.ClusterAwareBatchNorm2d` with the options of
+    the config (module docstring: the rules and their measured motivation).
+    """
 
     name = "dyn_adaptive"
     Config = DYNAdaptiveConfig
