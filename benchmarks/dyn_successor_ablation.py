@@ -30,7 +30,8 @@ from dyntta.bench.stats import difference_interval
 
 DYN_OPTIONS = {"merge_levels": 0, "source_weight": "fixed", "prior_strength": 16.0,
                "instance_k": None, "cluster_fraction": 1.0, "deep_source_weight": "same",
-               "window": 0}
+               "instance_layers": "all",
+               "window": 0, "top_up": False}
 """dyn_adaptive with these options is dyn; every variant states all of them (its label means the
 same whatever dyn_adaptive's defaults are)."""
 
@@ -59,6 +60,13 @@ VARIANTS: dict[str, dict] = {
                                           deep_source_weight="fixed"),
     "size16+shallow50+deepfixed+iabn8": variant(source_weight="size", cluster_fraction=0.5,
                                                 deep_source_weight="fixed", instance_k=8.0),
+    "successor": variant(source_weight="size", cluster_fraction=0.5, deep_source_weight="fixed",
+                         instance_k=16.0, window=64, top_up=True),  # dyn_adaptive's defaults
+    "size16+shallow50+deepfixed+window64": variant(source_weight="size", cluster_fraction=0.5,
+                                                   deep_source_weight="fixed", window=64),
+    "size16+shallow50+deepfixed+iabn8+window64": variant(
+        source_weight="size", cluster_fraction=0.5, deep_source_weight="fixed", instance_k=8.0,
+        window=64),
 }
 SWEEPS: dict[str, dict] = {  # sensitivity of each constant, the others as in dyn
     **{f"size{n}": variant(source_weight="size", prior_strength=float(n)) for n in (4, 8, 32, 64)},
@@ -66,6 +74,19 @@ SWEEPS: dict[str, dict] = {  # sensitivity of each constant, the others as in dy
     **{f"window{w}": variant(window=w) for w in (16, 256)},
     **{f"iabn{k}": variant(instance_k=float(k)) for k in (2, 8)},
 }
+SUCCESSOR = VARIANTS["successor"]
+SWEEPS.update({  # each constant of the successor, the others at its defaults
+    **{f"successor-size{n}": {**SUCCESSOR, "prior_strength": float(n)} for n in (8, 32)},
+    **{f"successor-shallow{round(100 * f)}": {**SUCCESSOR, "cluster_fraction": f}
+       for f in (0.25, 0.75)},
+    **{f"successor-iabn{k}": {**SUCCESSOR, "instance_k": float(k)} for k in (4, 8, 32)},
+    **{f"successor-fill{w}": {**SUCCESSOR, "window": w} for w in (16, 32, 128)},
+    "successor-iabnshallow": {**SUCCESSOR, "instance_layers": "clustered"},
+    "successor-noiabn": {**SUCCESSOR, "instance_k": None},
+    "successor-nofill": {**SUCCESSOR, "window": 0},
+    "successor-alpha0.7": {**SUCCESSOR, "alpha": 0.7},
+    "successor-alpha0.9": {**SUCCESSOR, "alpha": 0.9},
+})
 VARIANTS.update(SWEEPS)
 
 

@@ -17,7 +17,7 @@ def cabn_layers(method):
 def test_with_dyns_options_it_is_dyn_bit_for_bit():
     model, x = tiny_resnet(), random_images(16, seed=2)
     same = dyntta.adapt(model, "dyn_adaptive", source_weight="fixed", cluster_fraction=1.0,
-                        instance_k=None)
+                        instance_k=None, window=0)
     with torch.no_grad():
         assert torch.equal(same(x), dyntta.adapt(model, "dyn")(x))
 
@@ -37,6 +37,14 @@ def test_layers_that_do_not_cluster_use_the_deep_source_weight(deep, expected):
     weights = [(layer.cluster, layer.source_weight) for layer in cabn_layers(method)]
     assert {w for c, w in weights if c} == {"size"}
     assert {w for c, w in weights if not c} == {expected}
+
+
+@pytest.mark.parametrize("where", ["all", "clustered"])
+def test_instance_layers_picks_the_layers_with_the_instance_rule(where):
+    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=0.5, instance_k=3.0,
+                          instance_layers=where)
+    rules = {(layer.cluster, layer.instance_k) for layer in cabn_layers(method)}
+    assert rules == {(True, 3.0), (False, 3.0 if where == "all" else None)}
 
 
 def test_window_state_is_cleared_by_reset():
@@ -63,7 +71,7 @@ def test_window_lets_one_sample_batches_use_past_samples():
 @pytest.mark.parametrize(
     "option", [{"cluster_fraction": 1.5}, {"instance_k": -1.0}, {"window": -1},
                {"source_weight": "both"}, {"merge_levels": -1},
-               {"deep_source_weight": "deep"}]
+               {"deep_source_weight": "deep"}, {"instance_layers": "deep"}]
 )
 def test_bad_options_are_named(option):
     with pytest.raises(ValueError, match=next(iter(option))):

@@ -171,6 +171,19 @@ def test_window_keeps_only_the_last_w_samples():
     torch.testing.assert_close(layer.window_mean, x[7:].mean((2, 3)))
 
 
+def test_top_up_window_supplies_only_the_missing_samples():
+    bn = source_bn().double()
+    x = mixed_batch(b=14)
+    layer = ClusterAwareBatchNorm2d(bn, window=8, top_up=True).double()
+    layer(x[:6])
+    plain = ClusterAwareBatchNorm2d(bn).double()
+    # a batch of 3 is topped up to 8 with the 5 most recent samples (x[1:6])
+    torch.testing.assert_close(layer(x[6:9]), plain(x[1:9])[5:])
+    # a batch of 8 or more uses no window: the windowless result, bit for bit
+    assert torch.equal(layer(x[6:14]), plain(x[6:14]))
+    torch.testing.assert_close(layer.window_mean, x[6:14].mean((2, 3)))
+
+
 @pytest.mark.parametrize(
     "option",
     [

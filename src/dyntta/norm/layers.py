@@ -180,6 +180,9 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         window: W > 0 keeps the instance means and variances (no feature maps) of the last W
             samples seen by the layer, clustered with the current batch and counted in its
             clusters' statistics; 0 (DYN). Stateful: :meth:`reset_window` empties it.
+        top_up: with a window, use only the ``max(0, W - B)`` most recent of its samples, so
+            the statistics of a batch of B samples always come from at least W samples and a
+            batch of W or more uses the window not at all (its result is the windowless one).
 
     After each forward, ``last_labels`` holds the (B,) cluster labels of that batch (with the
     default LISC, ids in 0..B-1 that are equal exactly within a cluster; with a window, ids over
@@ -199,6 +202,7 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         instance_k: float | None = None,
         cluster: bool = True,
         window: int = 0,
+        top_up: bool = False,
     ) -> None:
         super().__init__(bn)
         if mix not in ("var", "std"):
@@ -225,6 +229,7 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         self.instance_k = instance_k
         self.cluster = cluster
         self.window = window
+        self.top_up = top_up
         self.last_labels: torch.Tensor | None = None
         self.reset_window()
 
@@ -232,6 +237,11 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         """Forget the window's instance statistics (no-op without a window)."""
         self.window_mean: torch.Tensor | None = None
         self.window_var: torch.Tensor | None = None
+
+    def remember(self, kept: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
+        """The last ``window`` rows of ``kept`` (None: nothing yet) followed by ``new``."""
+        rows = new.detach() if kept is None else torch.cat([kept, new.detach()])
+        return rows[-self.window :]
 
     def labels(self, mu: torch.Tensor) -> torch.Tensor:
         """(N,) cluster labels of detached instance means ``mu: (N, C)``."""
@@ -259,9 +269,10 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
     def statistics(self, x):
         mu, s2 = instance_stats(x, unbiased=self.unbiased)
         b = x.shape[0]
-        if self.window and self.window_mean is not None:
-            all_mu = torch.cat([self.window_mean, mu])
-            all_s2 = torch.cat([self.window_var, s2])
+        extra = max(0, self.window - b) if self.top_up else self.window
+        if extra and self.window_mean is not None:
+            all_mu = torch.cat([self.window_mean[-extra:], mu])
+            all_s2 = torch.cat([self.window_var[-extra:], s2])
         else:
             all_mu, all_s2 = mu, s2
         labels = self.labels(all_mu.detach())
@@ -269,8 +280,8 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         cluster_mean, cluster_var = cluster_stats(all_mu, all_s2, labels)
         a = self.weight_of_source(all_mu.detach(), cluster_mean.detach(), labels)
         if self.window:
-            self.window_mean = all_mu.detach()[-self.window :]
-            self.window_var = all_s2.detach()[-self.window :]
+            self.window_mean = self.remember(self.window_mean, mu)
+            self.window_var = self.remember(self.window_var, s2)
             cluster_mean, cluster_var = cluster_mean[-b:], cluster_var[-b:]
             if not isinstance(a, float):
                 a = a[-b:]
@@ -294,6 +305,7 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             "instance_k": (self.instance_k, None),
             "cluster": (self.cluster, True),
             "window": (self.window, 0),
+            "top_up": (self.top_up, False),
         }
         changed = [f"{k}={v!r}" for k, (v, default) in options.items() if v != default]
         if self.source_weight == "size":
