@@ -163,7 +163,10 @@ def test_ctrl_c_during_bench_keeps_the_results_and_says_how_to_resume(tmp_path, 
     write_inputs(tmp_path)
     args = [*BENCH, "--out", "big", "--methods", "source", "tbn", "--seeds", *map(str, range(20)),
             "--workers", workers]
-    proc = dyntta(*args, cwd=tmp_path, start_new_session=True)
+    # A shell that starts pytest in the background leaves SIGINT ignored, and Python keeps an
+    # ignored SIGINT; a terminal's Ctrl-C reaches a foreground process, whose SIGINT is default.
+    proc = dyntta(*args, cwd=tmp_path, start_new_session=True,
+                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     results = tmp_path / "big" / "results.jsonl"
     deadline = time.monotonic() + 240
     while not (results.is_file() and results.read_text().count("\n") >= 1):

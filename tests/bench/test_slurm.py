@@ -111,7 +111,9 @@ def start_bench(d: Path, out: str, *extra: str) -> subprocess.Popen:
         filter(None, [str(Path(__file__).resolve().parents[2] / "src"),
                       os.environ.get("PYTHONPATH")]))}
     return subprocess.Popen([sys.executable, "-m", "dyntta.cli", *bench_args(d, out, *extra)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            # SIGINT as in a terminal, even when pytest runs with it ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def by_key(records: list[dict]) -> dict:
