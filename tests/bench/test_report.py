@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 
 import numpy as np
 import pytest
@@ -116,3 +117,31 @@ def test_varying_columns_and_plots(tmp_path):
 def test_no_records_is_an_error():
     with pytest.raises(ValueError, match="no records"):
         table([])
+
+
+def test_runs_that_differ_beyond_method_and_columns_are_separate_rows_never_seeds():
+    """The same cell under two protocols (no options either way, as for the backward-free
+    methods) or eager and compiled: separate rows, each of one seed, the differing field named."""
+    def variant(acc, **config):
+        r = record("tbn", "crossmix", acc)
+        r["config"].update(config)
+        r["key"] += json.dumps(config)
+        return r
+
+    records = [variant(0.5, protocol="dyn-paper"), variant(0.7, protocol="published"),
+               record("dyn", "crossmix", 0.6)]
+    markdown, text = table(records)
+    r = rows(markdown)
+    assert r['tbn [protocol="dyn-paper"]'] == ["50.0", "50.0"]
+    assert r['tbn [protocol="published"]'] == ["**70.0**", "**70.0**"]
+    assert r["dyn [protocol=null]"] == ["60.0", "60.0"]
+    assert {d["n_seeds"] for d in csv.DictReader(io.StringIO(text))} == {"1"}
+    compiled = [variant(0.5, compile=False), variant(0.5, compile=True)]
+    assert set(rows(table(compiled)[0])) >= {"tbn [compile=false]", "tbn [compile=true]"}
+
+
+def test_two_records_of_one_seed_that_nothing_tells_apart_are_an_error():
+    twin = record("dyn", "crossmix", 0.2)
+    twin["key"] = "another key"
+    with pytest.raises(ValueError, match="dyn at digits / crossmix: several records of one seed"):
+        table([record("dyn", "crossmix", 0.6), twin], ["dataset", "scenario"])

@@ -70,14 +70,42 @@ def group_of(method: str) -> str:
     return GROUPS[1] if backward else GROUPS[2]
 
 
+def row_fields(records: list[dict[str, Any]], columns: list[str]) -> list[str]:
+    """The configuration fields besides the method, its options, the seed and the columns that
+    take several values (``protocol``, ``compile``, ``n_samples`` ...): they name separate rows,
+    so runs that differ in them are never averaged as seeds of one cell."""
+    skip = {"method", "options", "seed", *columns}
+    fields = sorted({f for r in records for f in r["config"]} - skip)
+    return [f for f in fields
+            if len({json.dumps(r["config"].get(f), sort_keys=True) for r in records}) > 1]
+
+
+def row_label(config: dict[str, Any], fields: list[str]) -> str:
+    """The method's label, followed by the values of ``fields`` (see :func:`row_fields`)."""
+    extra = ", ".join(f"{f}={json.dumps(config.get(f), sort_keys=True)}" for f in fields)
+    return method_label(config) + (f" [{extra}]" if extra else "")
+
+
+def base_method(label: str) -> str:
+    """The registered method name a row label starts with."""
+    return label.split("(")[0].split(" [")[0]
+
+
 def aggregate(records: list[dict[str, Any]], columns: list[str]) -> dict:
-    """``{(method_label, column_tuple): [record per seed, by seed]}``."""
+    """``{(row_label, column_tuple): [record per seed, by seed]}``; a ``ValueError`` if two
+    records of one cell share a seed (nothing in their configurations tells them apart)."""
+    fields = row_fields(records, columns)
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
         c = r["config"]
-        cells[(method_label(c), tuple(column_value(c, f) for f in columns))].append(r)
-    for runs in cells.values():
+        cells[(row_label(c, fields), tuple(column_value(c, f) for f in columns))].append(r)
+    for (label, key), runs in cells.items():
         runs.sort(key=lambda r: r["config"].get("seed", 0))
+        seeds = [r["config"].get("seed", 0) for r in runs]
+        if len(set(seeds)) < len(seeds):
+            raise ValueError(f"{label} at {' / '.join(map(str, key))}: several records of one "
+                             "seed with configurations the table cannot tell apart (results "
+                             "without cell keys?); report them from separate results files")
     return cells
 
 
@@ -128,7 +156,7 @@ def table(records: list[dict[str, Any]], columns: list[str] | None = None) -> tu
     check_records(records)
     columns = list(columns or varying_columns(records))
     cells = aggregate(records, columns)
-    methods = sorted({m for m, _ in cells}, key=lambda m: (GROUPS.index(group_of(m.split("(")[0])),
+    methods = sorted({m for m, _ in cells}, key=lambda m: (GROUPS.index(group_of(base_method(m))),
                                                           m))
     keys = sorted({k for _, k in cells}, key=lambda k: json.dumps(k))
     best = {k: max((m for m in methods if (m, k) in cells),
@@ -147,7 +175,7 @@ def table(records: list[dict[str, Any]], columns: list[str] | None = None) -> tu
              "", "| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
     group = None
     for m in methods:
-        g = group_of(m.split("(")[0])
+        g = group_of(base_method(m))
         if g != group:
             group = g
             lines.append(f"| *{g}* |" + " |" * (len(header) - 1))
@@ -171,7 +199,7 @@ def table(records: list[dict[str, Any]], columns: list[str] | None = None) -> tu
                      "interval", "n_seeds", "n_samples", "tied_with_best"])
     for (m, k), runs in sorted(cells.items(), key=lambda item: json.dumps(item[0])):
         low, high, how = interval(runs) or (None, None, "none")
-        writer.writerow([m, group_of(m.split("(")[0]), *k, mean_accuracy(runs), low, high, how,
+        writer.writerow([m, group_of(base_method(m)), *k, mean_accuracy(runs), low, high, how,
                          len(runs), sum(r.get("n_samples", 0) for r in runs), (m, k) in bold])
     return "\n".join(lines) + "\n", buf.getvalue()
 
@@ -219,8 +247,9 @@ def plot_per_domain(records: list[dict[str, Any]], path: Path, title: str) -> No
             if all(column_value(r["config"], f) == column_value(first, f) for f in COLUMN_KEYS)]
     fig, ax = plt.subplots(figsize=(10, 4))
     per_method: dict[str, list[dict]] = defaultdict(list)
+    fields = row_fields(same, [])
     for r in same:
-        per_method[method_label(r["config"])].append(r["per_domain"])
+        per_method[row_label(r["config"], fields)].append(r["per_domain"])
     domains = list(same[0]["per_domain"])
     for m, runs in sorted(per_method.items()):
         ax.plot(domains, [100 * np.mean([run[d] for run in runs]) for d in domains],
