@@ -86,11 +86,6 @@ def row_label(config: dict[str, Any], fields: list[str]) -> str:
     return method_label(config) + (f" [{extra}]" if extra else "")
 
 
-def base_method(label: str) -> str:
-    """The registered method name a row label starts with."""
-    return label.split("(")[0].split(" [")[0]
-
-
 def aggregate(records: list[dict[str, Any]], columns: list[str]) -> dict:
     """``{(row_label, column_tuple): [record per seed, by seed]}``; a ``ValueError`` if two
     records of one cell share a seed (nothing in their configurations tells them apart)."""
@@ -156,8 +151,8 @@ def table(records: list[dict[str, Any]], columns: list[str] | None = None) -> tu
     check_records(records)
     columns = list(columns or varying_columns(records))
     cells = aggregate(records, columns)
-    methods = sorted({m for m, _ in cells}, key=lambda m: (GROUPS.index(group_of(base_method(m))),
-                                                          m))
+    group = {m: group_of(runs[0]["config"]["method"]) for (m, _), runs in cells.items()}
+    methods = sorted(group, key=lambda m: (GROUPS.index(group[m]), m))
     keys = sorted({k for _, k in cells}, key=lambda k: json.dumps(k))
     best = {k: max((m for m in methods if (m, k) in cells),
                    key=lambda m: mean_accuracy(cells[(m, k)])) for k in keys}
@@ -173,12 +168,11 @@ def table(records: list[dict[str, Any]], columns: list[str] | None = None) -> tu
              f"bold: the best and every method tied with it; test images per run: "
              f"{', '.join(map(str, n_images))}; seeds per cell: {', '.join(map(str, n_seeds))}",
              "", "| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
-    group = None
+    current = None
     for m in methods:
-        g = group_of(base_method(m))
-        if g != group:
-            group = g
-            lines.append(f"| *{g}* |" + " |" * (len(header) - 1))
+        if group[m] != current:
+            current = group[m]
+            lines.append(f"| *{current}* |" + " |" * (len(header) - 1))
         row = [m]
         for k in keys:
             if (m, k) not in cells:
@@ -199,7 +193,7 @@ def table(records: list[dict[str, Any]], columns: list[str] | None = None) -> tu
                      "interval", "n_seeds", "n_samples", "tied_with_best"])
     for (m, k), runs in sorted(cells.items(), key=lambda item: json.dumps(item[0])):
         low, high, how = interval(runs) or (None, None, "none")
-        writer.writerow([m, group_of(base_method(m)), *k, mean_accuracy(runs), low, high, how,
+        writer.writerow([m, group[m], *k, mean_accuracy(runs), low, high, how,
                          len(runs), sum(r.get("n_samples", 0) for r in runs), (m, k) in bold])
     return "\n".join(lines) + "\n", buf.getvalue()
 
