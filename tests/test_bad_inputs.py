@@ -18,7 +18,7 @@ import torch
 
 from dyntta.cli import main
 from dyntta.models import save_checkpoint
-from tests.bench.helpers import NPZ_GRID_TOML
+from tests.bench.helpers import NPZ_GRID_TOML, sigint_as_in_a_terminal
 from tests.conftest import tiny_resnet
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -163,10 +163,8 @@ def test_ctrl_c_during_bench_keeps_the_results_and_says_how_to_resume(tmp_path, 
     write_inputs(tmp_path)
     args = [*BENCH, "--out", "big", "--methods", "source", "tbn", "--seeds", *map(str, range(20)),
             "--workers", workers]
-    # A shell that starts pytest in the background leaves SIGINT ignored, and Python keeps an
-    # ignored SIGINT; a terminal's Ctrl-C reaches a foreground process, whose SIGINT is default.
     proc = dyntta(*args, cwd=tmp_path, start_new_session=True,
-                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                  preexec_fn=sigint_as_in_a_terminal)
     results = tmp_path / "big" / "results.jsonl"
     deadline = time.monotonic() + 240
     while not (results.is_file() and results.read_text().count("\n") >= 1):

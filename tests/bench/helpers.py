@@ -3,6 +3,7 @@ files, and jobs for the executors."""
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -50,6 +51,13 @@ path = "clean.npz"
 checkpoint = "tiny.pt"
 """
 # a grid over clean.npz (corrupted here) and its checkpoint tiny.pt, both beside the grid file
+
+
+def sigint_as_in_a_terminal() -> None:
+    """``preexec_fn`` for a child that the test interrupts with SIGINT: a shell that starts
+    pytest in the background leaves SIGINT ignored, and Python keeps an ignored SIGINT; a
+    terminal's Ctrl-C reaches a foreground process, whose SIGINT is the default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def slow_on_seed_1(folder: Path, seconds: float, cell) -> dict:

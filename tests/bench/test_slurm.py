@@ -24,7 +24,8 @@ from dyntta.bench.executors import Failure, SlurmExecutor
 from dyntta.bench.results import read_results
 from dyntta.cli import main
 from dyntta.models import save_checkpoint
-from tests.bench.helpers import GRID_TOML, NPZ_GRID_TOML, slow_on_seed_1
+from tests.bench.helpers import (GRID_TOML, NPZ_GRID_TOML, sigint_as_in_a_terminal,
+                                 slow_on_seed_1)
 from tests.conftest import tiny_resnet
 
 
@@ -112,8 +113,7 @@ def start_bench(d: Path, out: str, *extra: str) -> subprocess.Popen:
                       os.environ.get("PYTHONPATH")]))}
     return subprocess.Popen([sys.executable, "-m", "dyntta.cli", *bench_args(d, out, *extra)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            # SIGINT as in a terminal, even when pytest runs with it ignored
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=sigint_as_in_a_terminal)
 
 
 def by_key(records: list[dict]) -> dict:
