@@ -84,6 +84,7 @@ SWEEPS.update({  # each constant of the successor, the others at its defaults
     "successor-iabnshallow": {**SUCCESSOR, "instance_layers": "clustered"},
     "successor-noiabn": {**SUCCESSOR, "instance_k": None},
     "successor-nofill": {**SUCCESSOR, "window": 0},
+    **{f"successor-deep{w}": {**SUCCESSOR, "deep_source_weight": w} for w in ("size", "shift")},
     "successor-alpha0.7": {**SUCCESSOR, "alpha": 0.7},
     "successor-alpha0.9": {**SUCCESSOR, "alpha": 0.9},
 })
