@@ -28,7 +28,7 @@ from dyntta.bench.runner import run_cell, source_for
 from dyntta.bench.sources import SourceOptions, resolve_source
 from dyntta.bench.stats import difference_interval
 
-DYN_OPTIONS = {"merge_levels": 0, "source_weight": "fixed", "prior_strength": 16.0,
+DYN_OPTIONS = {"merge_levels": 0, "neighbours": 0, "source_weight": "fixed", "prior_strength": 16.0,
                "instance_k": None, "cluster_fraction": 1.0, "deep_source_weight": "same",
                "instance_layers": "all",
                "window": 0, "top_up": False}
@@ -60,8 +60,9 @@ VARIANTS: dict[str, dict] = {
                                           deep_source_weight="fixed"),
     "size16+shallow50+deepfixed+iabn8": variant(source_weight="size", cluster_fraction=0.5,
                                                 deep_source_weight="fixed", instance_k=8.0),
+    # dyn_adaptive's defaults until LISC gave way to neighbourhoods (then successor-nb8)
     "successor": variant(source_weight="size", cluster_fraction=0.5, deep_source_weight="fixed",
-                         instance_k=16.0, window=64, top_up=True),  # dyn_adaptive's defaults
+                         instance_k=16.0, window=64, top_up=True),
     "size16+shallow50+deepfixed+window64": variant(source_weight="size", cluster_fraction=0.5,
                                                    deep_source_weight="fixed", window=64),
     "size16+shallow50+deepfixed+iabn8+window64": variant(
@@ -87,6 +88,8 @@ SWEEPS.update({  # each constant of the successor, the others at its defaults
     **{f"successor-deep{w}": {**SUCCESSOR, "deep_source_weight": w} for w in ("size", "shift")},
     "successor-alpha0.7": {**SUCCESSOR, "alpha": 0.7},
     "successor-alpha0.9": {**SUCCESSOR, "alpha": 0.9},
+    # LISC clusters replaced by each sample's n nearest samples (n = 8: dyn_adaptive's defaults)
+    **{f"successor-nb{n}": {**SUCCESSOR, "neighbours": n} for n in (4, 6, 8, 12, 16, 32)},
 })
 VARIANTS.update(SWEEPS)
 
@@ -146,9 +149,9 @@ def compact(records, labels, focus):
     return "\n".join(lines)
 
 
-def matrix(records, labels):
-    """One Markdown row per label, one column per stream: its accuracy minus dyn's with the
-    paired 95% interval (``=`` tie, ``+``/``-`` beyond it)."""
+def matrix(records, labels, reference="dyn"):
+    """One Markdown row per label, one column per stream: its accuracy minus ``reference``'s
+    with the paired 95% interval (``=`` tie, ``+``/``-`` beyond it)."""
     runs = collections.defaultdict(lambda: collections.defaultdict(list))
     for r in records:
         c = r["config"]
@@ -160,20 +163,20 @@ def matrix(records, labels):
         cells = []
         for stream in streams:
             by = runs[stream]
-            if lab not in by or "dyn" not in by:
+            if lab not in by or reference not in by:
                 cells.append("")
                 continue
-            acc = {k: 100 * np.mean([r["accuracy"] for r in by[k]]) for k in (lab, "dyn")}
-            if lab == "dyn":
-                cells.append(f"{acc['dyn']:.1f}")
+            acc = {k: 100 * np.mean([r["accuracy"] for r in by[k]]) for k in (lab, reference)}
+            if lab == reference:
+                cells.append(f"{acc[reference]:.1f}")
                 continue
-            seeds = {r["seed"] for r in by[lab]} & {r["seed"] for r in by["dyn"]}
+            seeds = {r["seed"] for r in by[lab]} & {r["seed"] for r in by[reference]}
             pick = [sorted((r for r in by[k] if r["seed"] in seeds), key=lambda r: r["seed"])
-                    for k in (lab, "dyn")]
+                    for k in (lab, reference)]
             low, high = difference_interval(*[([r["batch_correct"] for r in rs],
                                                [r["batch_n"] for r in rs]) for rs in pick])
             mark = "=" if low <= 0 <= high else ("+" if low > 0 else "-")
-            cells.append(f"{acc[lab] - acc['dyn']:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] "
+            cells.append(f"{acc[lab] - acc[reference]:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] "
                          f"{mark}")
         lines.append(f"| {lab} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -228,7 +231,10 @@ def main(argv=None) -> None:
                         "methods and the variants")
     parser.add_argument("--focus", help="one compact row per stream for this variant")
     parser.add_argument("--matrix", action="store_true",
-                        help="one row per variant: its difference to dyn on every stream")
+                        help="one row per variant: its difference to --reference on every stream")
+    parser.add_argument("--reference", default="dyn",
+                        help="the label --matrix subtracts (default dyn; e.g. successor for a "
+                        "sensitivity sweep)")
     args = parser.parse_args(argv)
     grid = load_grid(args.grid, args.overrides)
     options = SourceOptions(args.data_dir, args.cache_dir, severities=(grid.severity,))
@@ -251,7 +257,7 @@ def main(argv=None) -> None:
         records = [r for r in read_results(args.out)
                    if (stream_id(r["config"]), r["variant"]) in wanted]
     if args.matrix:
-        print(matrix(records, labels))
+        print(matrix(records, labels, args.reference))
     else:
         print(compact(records, labels, args.focus) if args.focus else summarise(records, labels))
 

@@ -17,7 +17,7 @@ def cabn_layers(method):
 def test_with_dyns_options_it_is_dyn_bit_for_bit():
     model, x = tiny_resnet(), random_images(16, seed=2)
     same = dyntta.adapt(model, "dyn_adaptive", source_weight="fixed", cluster_fraction=1.0,
-                        instance_k=None, window=0)
+                        instance_k=None, window=0, neighbours=0)
     with torch.no_grad():
         assert torch.equal(same(x), dyntta.adapt(model, "dyn")(x))
 
@@ -71,8 +71,17 @@ def test_window_lets_one_sample_batches_use_past_samples():
 @pytest.mark.parametrize(
     "option", [{"cluster_fraction": 1.5}, {"instance_k": -1.0}, {"window": -1},
                {"source_weight": "both"}, {"merge_levels": -1},
-               {"deep_source_weight": "deep"}, {"instance_layers": "deep"}]
+               {"deep_source_weight": "deep"}, {"instance_layers": "deep"}, {"neighbours": -1}]
 )
 def test_bad_options_are_named(option):
     with pytest.raises(ValueError, match=next(iter(option))):
         dyntta.adapt(tiny_resnet(), "dyn_adaptive", **option)
+
+
+def test_neighbourhoods_replace_clusters_in_the_clustering_layers_only():
+    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=0.5, neighbours=5)
+    assert {(layer.cluster, layer.neighbours) for layer in cabn_layers(method)} == {
+        (True, 5), (False, 0)}
+    with torch.no_grad():
+        method(random_images(12, seed=1))
+    assert all(layer.last_labels is None for layer in cabn_layers(method) if layer.cluster)

@@ -4,8 +4,10 @@ Not the DYN paper's method (that is ``dyn``, kept bit-identical): the same LISC 
 the options of issue 12 (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`), composed as chosen by
 the ablation in BENCHMARKS.md ("DYN successor"):
 
-- the first half of the BN layers cluster (LISC) and weight the source by cluster size,
-  ``16 / (16 + n_k)`` (Schneider et al., NeurIPS 2020), instead of DYN's fixed 0.8;
+- in the first half of the BN layers each sample takes the statistics of its 8 nearest samples
+  (LISC's cosine similarity of instance means; a neighbourhood instead of DYN's LISC cluster)
+  and weights the source by that size, ``16 / (16 + 8)`` (Schneider et al.'s prior, NeurIPS
+  2020), instead of DYN's fixed 0.8;
 - the other half use the whole batch as one cluster at DYN's fixed source weight 0.8;
 - every layer then applies NOTE's instance-aware rule (k = 16 standard errors) around those
   statistics;
@@ -16,7 +18,8 @@ the ablation in BENCHMARKS.md ("DYN successor"):
   mean is reliable, whatever the batch size.
 
 Measured motivation: LISC over-splits one-domain batches (about 14 clusters of 4-5 samples in 64
-images) and a fixed weight ignores cluster size; clustering deep layers, where LISC groups by
+images), rarely matches the domains of a mixed batch, and a fixed weight ignores cluster size
+(the fixed-size neighbourhoods beat LISC's clusters on every CIFAR stream measured); clustering deep layers, where LISC groups by
 class rather than domain, did not help; instance-aware statistics win on the digits; at batch
 4 and 16, the window is what lifts single-domain and label-shifted streams (deep statistics of a
 few label-correlated samples follow their labels; past batches dilute that).
@@ -42,7 +45,9 @@ class DYNAdaptiveConfig:
 
     alpha, mix, unbiased: as DYN (``alpha`` is used only with ``source_weight="fixed"`` and as
         the shift rule's fallback).
-    merge_levels: FINCH levels after LISC.
+    merge_levels: FINCH levels after LISC (with ``neighbours=0``).
+    neighbours: n > 0: the clustering layers use each sample's n nearest samples instead of its
+        LISC cluster (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`); 0: LISC clusters.
     source_weight: ``"fixed"``, ``"size"`` (N / (N + n_k)) or ``"shift"`` (James-Stein).
     prior_strength: N of the size rule, in samples.
     instance_k: NOTE's instance-aware rule around the cluster statistics, k = 16 standard
@@ -68,6 +73,7 @@ class DYNAdaptiveConfig:
     mix: Literal["var", "std"] = "var"
     unbiased: bool = True
     merge_levels: int = 0
+    neighbours: int = 8
     source_weight: Literal["fixed", "size", "shift"] = "size"
     prior_strength: float = 16.0
     instance_k: float | None = 16.0
@@ -90,14 +96,15 @@ class DYNAdaptiveConfig:
         ClusterAwareBatchNorm2d(
             nn.BatchNorm2d(1), self.alpha, self.mix, self.unbiased,
             merge_levels=self.merge_levels, source_weight=self.source_weight,
-            prior_strength=self.prior_strength, instance_k=self.instance_k, window=self.window,
+            prior_strength=self.prior_strength, instance_k=self.instance_k,
+            neighbours=self.neighbours, window=self.window,
         )
 
 
 @register
 class DYNAdaptive(NormalizationMethod):
-    """Beyond the DYN paper: DYN's cluster-aware BN with size-weighted clusters in the shallow
-    half of the layers, mixed batch statistics in the deep half, NOTE's instance rule (k = 16)
+    """Beyond the DYN paper: DYN's cluster-aware BN with size-weighted 8-sample neighbourhoods in
+    the shallow half of the layers, mixed batch statistics in the deep half, NOTE's instance rule (k = 16)
     and a window that tops small batches up to 64 samples' statistics.
 
     Every BN layer becomes a :class:`~dyntta.norm.ClusterAwareBatchNorm2d` with the options of
@@ -122,7 +129,7 @@ class DYNAdaptive(NormalizationMethod):
             bn, c.alpha, c.mix, c.unbiased, merge_levels=c.merge_levels, source_weight=weight,
             prior_strength=c.prior_strength,
             instance_k=c.instance_k if cluster or c.instance_layers == "all" else None,
-            cluster=cluster,
+            cluster=cluster, neighbours=c.neighbours if cluster else 0,
             window=c.window, top_up=c.top_up,
         )
         self._built += 1

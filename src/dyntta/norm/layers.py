@@ -16,7 +16,14 @@ from torch.nn import functional as F
 from dyntta.norm.finch import next_level
 from dyntta.norm.lisc import lisc
 from dyntta.norm.mixing import shift_weight, size_weight
-from dyntta.norm.stats import batch_stats, cluster_stats, instance_stats, shrink_to_reference
+from dyntta.norm.neighbours import nearest_neighbours
+from dyntta.norm.stats import (
+    batch_stats,
+    cluster_stats,
+    instance_stats,
+    neighbourhood_stats,
+    shrink_to_reference,
+)
 
 Clustering = Callable[[torch.Tensor], torch.Tensor]
 """Maps instance means (B, C) to (B,) integer cluster labels; equal labels share a cluster."""
@@ -177,6 +184,15 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             of IABN's batch); 1x1 maps keep the cluster statistics.
         cluster: ``False`` puts the whole batch (and window) in one cluster: mixed batch
             statistics, for layers where clustering does not separate domains.
+        neighbours: n > 0 replaces the LISC partition by neighbourhoods: each sample's
+            statistics are those of its n nearest samples (itself included) in the batch and
+            window, by LISC's cosine similarity of instance means
+            (:mod:`~dyntta.norm.neighbours`); ``source_weight="size"`` then weights the source
+            ``N / (N + n)``. 0 (DYN). Motivation (BENCHMARKS.md): LISC's clusters hold 2 to 60
+            samples and rarely match the domains of a mixed batch; a fixed-size neighbourhood of
+            the most similar samples beat them on every CIFAR stream measured. Needs
+            ``cluster=True``, no ``clustering``, no ``merge_levels`` and not ``"shift"``
+            (James-Stein needs disjoint clusters).
         window: W > 0 keeps the instance means and variances (no feature maps) of the last W
             samples seen by the layer, clustered with the current batch and counted in its
             clusters' statistics; 0 (DYN). Stateful: :meth:`reset_window` empties it.
@@ -186,7 +202,7 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
 
     After each forward, ``last_labels`` holds the (B,) cluster labels of that batch (with the
     default LISC, ids in 0..B-1 that are equal exactly within a cluster; with a window, ids over
-    window and batch).
+    window and batch); ``None`` with ``neighbours`` (neighbourhoods are not a partition).
     """
 
     def __init__(
@@ -201,6 +217,7 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         prior_strength: float = 16.0,
         instance_k: float | None = None,
         cluster: bool = True,
+        neighbours: int = 0,
         window: int = 0,
         top_up: bool = False,
     ) -> None:
@@ -219,6 +236,12 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             raise ValueError(f"instance_k must be None or >= 0, got {instance_k}")
         if window < 0:
             raise ValueError(f"window must be >= 0 (samples), got {window}")
+        if neighbours < 0:
+            raise ValueError(f"neighbours must be >= 0 (samples), got {neighbours}")
+        if neighbours and (not cluster or clustering is not None or merge_levels
+                           or source_weight == "shift"):
+            raise ValueError("neighbours replaces the LISC partition: it needs cluster=True, "
+                             "no clustering, merge_levels=0 and source_weight 'fixed' or 'size'")
         self.alpha = alpha
         self.mix_rule = mix
         self.unbiased = unbiased
@@ -228,6 +251,7 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         self.prior_strength = prior_strength
         self.instance_k = instance_k
         self.cluster = cluster
+        self.neighbours = neighbours
         self.window = window
         self.top_up = top_up
         self.last_labels: torch.Tensor | None = None
@@ -275,16 +299,23 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             all_s2 = torch.cat([self.window_var[-extra:], s2])
         else:
             all_mu, all_s2 = mu, s2
-        labels = self.labels(all_mu.detach())
-        self.last_labels = labels[-b:]
-        cluster_mean, cluster_var = cluster_stats(all_mu, all_s2, labels)
-        a = self.weight_of_source(all_mu.detach(), cluster_mean.detach(), labels)
-        if self.window:
-            self.window_mean = self.remember(self.window_mean, mu)
-            self.window_var = self.remember(self.window_var, s2)
+        if self.neighbours:
+            index = nearest_neighbours(mu.detach(), all_mu.detach(), self.neighbours)
+            self.last_labels = None
+            cluster_mean, cluster_var = neighbourhood_stats(all_mu, all_s2, index)
+            a = self.alpha if self.source_weight == "fixed" \
+                else size_weight(index.shape[1], self.prior_strength)
+        else:
+            labels = self.labels(all_mu.detach())
+            self.last_labels = labels[-b:]
+            cluster_mean, cluster_var = cluster_stats(all_mu, all_s2, labels)
+            a = self.weight_of_source(all_mu.detach(), cluster_mean.detach(), labels)
             cluster_mean, cluster_var = cluster_mean[-b:], cluster_var[-b:]
             if not isinstance(a, float):
                 a = a[-b:]
+        if self.window:
+            self.window_mean = self.remember(self.window_mean, mu)
+            self.window_var = self.remember(self.window_var, s2)
         mean = mix(self.running_mean, cluster_mean, a)
         if self.mix_rule == "var":
             var = mix(self.running_var, cluster_var, a)
@@ -304,6 +335,7 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             "source_weight": (self.source_weight, "fixed"),
             "instance_k": (self.instance_k, None),
             "cluster": (self.cluster, True),
+            "neighbours": (self.neighbours, 0),
             "window": (self.window, 0),
             "top_up": (self.top_up, False),
         }

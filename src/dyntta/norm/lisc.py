@@ -12,6 +12,11 @@ import math
 import torch
 
 
+def unit_rows(features: torch.Tensor) -> torch.Tensor:
+    """Rows scaled to unit length; a zero row stays zero (cosine similarity 0 with every row)."""
+    return features / torch.linalg.vector_norm(features, dim=1, keepdim=True).clamp_min(1e-12)
+
+
 def first_neighbours(features: torch.Tensor) -> torch.Tensor:
     """Index of each row's most cosine-similar other row (ties to the lowest index).
 
@@ -24,7 +29,7 @@ def first_neighbours(features: torch.Tensor) -> torch.Tensor:
     Returns:
         (B,) int64 neighbour indices, never equal to the row's own index.
     """
-    unit = features / torch.linalg.vector_norm(features, dim=1, keepdim=True).clamp_min(1e-12)
+    unit = unit_rows(features)
     sim = unit @ unit.T
     sim = sim + sim.T  # twice the cosine similarity, bit-for-bit symmetric
     sim.diagonal().fill_(float("-inf"))  # fill_diagonal_ would fix B under torch.compile

@@ -16,7 +16,7 @@ def size_weight(sizes: torch.Tensor, strength: float) -> torch.Tensor:
     pseudo-samples against the cluster's n samples, source weight ``N / (N + n)``.
 
     Args:
-        sizes: (N, 1) size of each sample's cluster.
+        sizes: (N, 1) size of each sample's cluster, or one size for all (a number).
         strength: N > 0, the prior's weight in samples (their hyper-parameter).
     """
     return strength / (strength + sizes)

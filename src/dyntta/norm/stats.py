@@ -75,6 +75,27 @@ def cluster_stats(
     return cluster_mean, average @ (var + (mean - cluster_mean).square())
 
 
+def neighbourhood_stats(
+    mean: torch.Tensor, var: torch.Tensor, index: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Statistics of each query's neighbourhood, from the pool's instance statistics.
+
+    For query i with neighbours S_i (rows ``index[i]``): ``m_i = mean_{j in S_i} mu_j`` and, by
+    the law of total variance, ``v_i = mean_{j in S_i} (s2_j + (mu_j - m_i)^2)``. Unlike
+    :func:`cluster_stats`, neighbourhoods may overlap, so each is reduced on its own.
+
+    Args:
+        mean, var: (P, C) instance statistics of the pool.
+        index: (B, n) int64 rows of the pool in each query's neighbourhood.
+
+    Returns:
+        ``(m, v)``, each (B, C).
+    """
+    members = mean[index]  # (B, n, C)
+    centre = members.mean(1)
+    return centre, (var[index] + (members - centre[:, None]).square()).mean(1)
+
+
 def soft_shrink(d: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
     """``sign(d) * max(|d| - threshold, 0)`` element-wise; ``threshold`` >= 0 broadcasts."""
     return d - torch.minimum(torch.maximum(d, -threshold), threshold)

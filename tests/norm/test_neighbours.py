@@ -1,0 +1,90 @@
+"""Neighbourhoods instead of LISC clusters (beyond the paper, issue 12): the nearest neighbours
+against sorting every similarity, their statistics against the pooled pixels, and the layer's
+limiting cases (one neighbour: instance statistics; the whole pool: one cluster)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dyntta.norm import ClusterAwareBatchNorm2d
+from dyntta.norm.layers import mix, normalize
+from dyntta.norm.neighbours import nearest_neighbours
+from dyntta.norm.stats import instance_stats, neighbourhood_stats
+from tests.norm.test_layers import mixed_batch, source_bn
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 30), st.integers(1, 12), st.integers(1, 40))
+def test_nearest_neighbours_are_the_most_similar_rows(seed, pool_size, n_queries, n):
+    rng = np.random.default_rng(seed)
+    pool = rng.normal(size=(pool_size, 5))
+    queries = np.concatenate([rng.normal(size=(n_queries, 5)), pool[-min(3, pool_size):]])
+    index = nearest_neighbours(torch.from_numpy(queries), torch.from_numpy(pool), n).numpy()
+    unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
+    sim = unit(queries) @ unit(pool).T
+    expected = -np.sort(-sim, axis=1)[:, : min(n, pool_size)]  # the top similarities, sorted
+    np.testing.assert_allclose(np.take_along_axis(sim, index, 1), expected, rtol=0, atol=1e-12)
+    assert all(len(set(row)) == len(row) for row in index.tolist())
+    # a query that is a pool row finds itself first
+    assert index[n_queries:, 0].tolist() == list(range(pool_size - min(3, pool_size), pool_size))
+
+
+def test_neighbourhood_stats_are_the_statistics_of_the_pooled_pixels():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(7, 3, 4, 5, generator=g, dtype=torch.float64) * torch.arange(1, 8).view(
+        7, 1, 1, 1) + torch.arange(7).view(7, 1, 1, 1)
+    mu, s2 = instance_stats(x, unbiased=False)
+    index = torch.tensor([[0, 3, 6], [2, 2, 5], [4, 1, 0]])
+    mean, var = neighbourhood_stats(mu, s2, index)
+    for i, rows in enumerate(index.tolist()):
+        pixels = torch.cat([x[j] for j in rows], dim=1)  # (C, len(rows) * H, W)
+        torch.testing.assert_close(mean[i], pixels.mean((1, 2)))
+        torch.testing.assert_close(var[i], pixels.var((1, 2), unbiased=False))
+
+
+@pytest.mark.parametrize("source_weight", ["fixed", "size"])
+def test_neighbourhoods_covering_the_batch_are_one_cluster(source_weight):
+    bn = source_bn().double()
+    x = mixed_batch(b=10)
+    options = dict(alpha=0.3, source_weight=source_weight, prior_strength=4.0)
+    whole = ClusterAwareBatchNorm2d(bn, neighbours=10, **options).double()
+    larger = ClusterAwareBatchNorm2d(bn, neighbours=64, **options).double()
+    one = ClusterAwareBatchNorm2d(bn, cluster=False, **options).double()
+    torch.testing.assert_close(whole(x), one(x))
+    torch.testing.assert_close(larger(x), one(x))
+    assert whole.last_labels is None
+
+
+def test_one_neighbour_mixes_each_samples_own_statistics_with_the_source():
+    bn = source_bn().double()
+    x = mixed_batch(b=6)
+    layer = ClusterAwareBatchNorm2d(bn, alpha=0.3, neighbours=1, source_weight="size",
+                                    prior_strength=2.0).double()
+    mu, s2 = instance_stats(x)
+    a = 2.0 / (2.0 + 1.0)
+    expected = normalize(x, mix(bn.running_mean, mu, a), mix(bn.running_var, s2, a),
+                         bn.weight, bn.bias, bn.eps)
+    torch.testing.assert_close(layer(x), expected)
+
+
+def test_windowed_neighbourhoods_equal_those_of_the_concatenated_samples():
+    bn = source_bn().double()
+    x = mixed_batch(b=14)
+    windowed = ClusterAwareBatchNorm2d(bn, neighbours=4, window=32).double()
+    windowed(x[:9])
+    plain = ClusterAwareBatchNorm2d(bn, neighbours=4).double()
+    torch.testing.assert_close(windowed(x[9:]), plain(x)[9:])
+
+
+@pytest.mark.parametrize(
+    "option",
+    [{"neighbours": -1}, {"neighbours": 4, "cluster": False}, {"neighbours": 4, "merge_levels": 1},
+     {"neighbours": 4, "source_weight": "shift"}],
+)
+def test_bad_neighbour_options_are_named(option):
+    with pytest.raises(ValueError, match="neighbours"):
+        ClusterAwareBatchNorm2d(source_bn(), **option)
