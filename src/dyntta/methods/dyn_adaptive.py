@@ -18,11 +18,12 @@ the ablation in BENCHMARKS.md ("DYN successor"):
   mean is reliable, whatever the batch size.
 
 Measured motivation: LISC over-splits one-domain batches (about 14 clusters of 4-5 samples in 64
-images), rarely matches the domains of a mixed batch, and a fixed weight ignores cluster size
-(the fixed-size neighbourhoods beat LISC's clusters on every CIFAR stream measured); clustering deep layers, where LISC groups by
-class rather than domain, did not help; instance-aware statistics win on the digits; at batch
-4 and 16, the window is what lifts single-domain and label-shifted streams (deep statistics of a
-few label-correlated samples follow their labels; past batches dilute that).
+images), its partition of a mixed batch is 6-7 points short of the true domains', and a fixed
+weight ignores cluster size (8-sample neighbourhoods beat LISC's clusters in every cell
+measured); clustering deep layers, where LISC groups by class rather than domain, did not help;
+instance-aware statistics win on the digits; at batch 4 and 16, the window is what lifts
+single-domain and label-shifted streams (deep statistics of a few label-correlated samples
+follow their labels; past batches dilute that).
 """
 
 from __future__ import annotations
@@ -104,8 +105,8 @@ class DYNAdaptiveConfig:
 @register
 class DYNAdaptive(NormalizationMethod):
     """Beyond the DYN paper: DYN's cluster-aware BN with size-weighted 8-sample neighbourhoods in
-    the shallow half of the layers, mixed batch statistics in the deep half, NOTE's instance rule (k = 16)
-    and a window that tops small batches up to 64 samples' statistics.
+    the shallow half of the layers, mixed batch statistics in the deep half, NOTE's instance
+    rule (k = 16) and a window that tops small batches up to 64 samples' statistics.
 
     Every BN layer becomes a :class:`~dyntta.norm.ClusterAwareBatchNorm2d` with the options of
     the config (module docstring: the rules and their measured motivation).

@@ -188,9 +188,9 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             statistics are those of its n nearest samples (itself included) in the batch and
             window, by LISC's cosine similarity of instance means
             (:mod:`~dyntta.norm.neighbours`); ``source_weight="size"`` then weights the source
-            ``N / (N + n)``. 0 (DYN). Motivation (BENCHMARKS.md): LISC's clusters hold 2 to 60
-            samples and rarely match the domains of a mixed batch; a fixed-size neighbourhood of
-            the most similar samples beat them on every CIFAR stream measured. Needs
+            ``N / (N + n)``. 0 (DYN). Motivation (BENCHMARKS.md): LISC's first-neighbour chains
+            over-split one domain and fall 6-7 points short of the true domains on mixed
+            batches; 8 most similar samples per sample beat them in every cell measured. Needs
             ``cluster=True``, no ``clustering``, no ``merge_levels`` and not ``"shift"``
             (James-Stein needs disjoint clusters).
         window: W > 0 keeps the instance means and variances (no feature maps) of the last W
@@ -240,8 +240,9 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             raise ValueError(f"neighbours must be >= 0 (samples), got {neighbours}")
         if neighbours and (not cluster or clustering is not None or merge_levels
                            or source_weight == "shift"):
-            raise ValueError("neighbours replaces the LISC partition: it needs cluster=True, "
-                             "no clustering, merge_levels=0 and source_weight 'fixed' or 'size'")
+            raise ValueError("neighbours > 0 replaces the LISC partition: it needs cluster=True, "
+                             "no clustering, merge_levels=0 and source_weight 'fixed' or 'size' "
+                             "(set neighbours=0 for the others)")
         self.alpha = alpha
         self.mix_rule = mix
         self.unbiased = unbiased

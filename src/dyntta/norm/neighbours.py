@@ -1,9 +1,9 @@
 """Nearest neighbours by the cosine similarity of instance means (beyond the DYN paper).
 
-DYN groups a batch by LISC, FINCH's first partition: chains of first neighbours, so a sample's
-group can hold 2 or 60 samples and, on mixed-domain batches, rarely matches its domain. Here each
-sample instead takes its own ``n`` most similar samples (itself included), under the same
-similarity LISC uses: a neighbourhood of fixed size per sample rather than a partition.
+DYN groups a batch by LISC, FINCH's first partition: chains of first neighbours, whose sizes
+follow the chains, not the domains. Here each sample instead takes its own ``n`` most similar
+samples (itself included), under the same similarity LISC uses: a neighbourhood of fixed size
+per sample rather than a partition.
 """
 
 from __future__ import annotations
