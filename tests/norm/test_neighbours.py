@@ -24,8 +24,8 @@ def test_nearest_neighbours_are_the_most_similar_rows(seed, pool_size, n_queries
     pool = rng.normal(size=(pool_size, 5))
     queries = np.concatenate([rng.normal(size=(n_queries, 5)), pool[-min(3, pool_size):]])
     index = nearest_neighbours(torch.from_numpy(queries), torch.from_numpy(pool), n).numpy()
-    unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
-    sim = unit(queries) @ unit(pool).T
+    sim = (queries / np.linalg.norm(queries, axis=1, keepdims=True)) @ (
+        pool / np.linalg.norm(pool, axis=1, keepdims=True)).T
     expected = -np.sort(-sim, axis=1)[:, : min(n, pool_size)]  # the top similarities, sorted
     np.testing.assert_allclose(np.take_along_axis(sim, index, 1), expected, rtol=0, atol=1e-12)
     assert all(len(set(row)) == len(row) for row in index.tolist())

@@ -302,7 +302,6 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             all_mu, all_s2 = mu, s2
         if self.neighbours:
             index = nearest_neighbours(mu.detach(), all_mu.detach(), self.neighbours)
-            self.last_labels = None
             cluster_mean, cluster_var = neighbourhood_stats(all_mu, all_s2, index)
             a = self.alpha if self.source_weight == "fixed" \
                 else size_weight(index.shape[1], self.prior_strength)
