@@ -91,6 +91,18 @@ SWEEPS.update({  # each constant of the successor, the others at its defaults
     # LISC clusters replaced by each sample's n nearest samples (n = 8: dyn_adaptive's defaults)
     **{f"successor-nb{n}": {**SUCCESSOR, "neighbours": n} for n in (4, 6, 8, 12, 16, 32)},
 })
+ADAPTIVE = SWEEPS["successor-nb8"]  # dyn_adaptive's defaults
+SWEEPS.update({  # each other constant of dyn_adaptive's defaults, the rest at those defaults
+    **{f"nb8-size{n}": {**ADAPTIVE, "prior_strength": float(n)} for n in (8, 32)},
+    **{f"nb8-shallow{round(100 * f)}": {**ADAPTIVE, "cluster_fraction": f}
+       for f in (0.25, 0.75)},
+    **{f"nb8-iabn{k}": {**ADAPTIVE, "instance_k": float(k)} for k in (8, 32)},
+    "nb8-noiabn": {**ADAPTIVE, "instance_k": None},
+    **{f"nb8-fill{w}": {**ADAPTIVE, "window": w} for w in (32, 128)},
+    "nb8-nofill": {**ADAPTIVE, "window": 0},
+    **{f"nb8-alpha{a}": {**ADAPTIVE, "alpha": a} for a in (0.7, 0.9)},
+    **{f"nb8-deep{w}": {**ADAPTIVE, "deep_source_weight": w} for w in ("size", "shift")},
+})
 VARIANTS.update(SWEEPS)
 
 
