@@ -31,7 +31,7 @@ from dyntta.bench.stats import difference_interval
 DYN_OPTIONS = {"merge_levels": 0, "neighbours": 0, "source_weight": "fixed",
                "prior_strength": 16.0, "instance_k": None, "cluster_fraction": 1.0,
                "deep_source_weight": "same", "instance_layers": "all", "window": 0,
-               "top_up": False}
+               "deep_window": None, "top_up": False}
 """dyn_adaptive with these options is dyn; every variant states all of them (its label means the
 same whatever dyn_adaptive's defaults are)."""
 
@@ -102,6 +102,7 @@ SWEEPS.update({  # each other constant of dyn_adaptive's defaults, the rest at t
     "nb8-nofill": {**ADAPTIVE, "window": 0},
     **{f"nb8-alpha{a}": {**ADAPTIVE, "alpha": a} for a in (0.7, 0.9)},
     **{f"nb8-deep{w}": {**ADAPTIVE, "deep_source_weight": w} for w in ("size", "shift")},
+    **{f"nb8-deepwin{w}": {**ADAPTIVE, "deep_window": w} for w in (128, 256, 512)},
 })
 VARIANTS.update(SWEEPS)
 

@@ -47,6 +47,21 @@ def test_instance_layers_picks_the_layers_with_the_instance_rule(where):
     assert rules == {(True, 3.0), (False, 3.0 if where == "all" else None)}
 
 
+@pytest.mark.parametrize("deep_window, expected", [(None, 6), (0, 0), (20, 20)])
+def test_deep_window_sets_the_window_of_the_layers_that_do_not_cluster(deep_window, expected):
+    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=0.5, window=6,
+                          deep_window=deep_window)
+    windows = {(layer.cluster, layer.window) for layer in cabn_layers(method)}
+    assert windows == {(True, 6), (False, expected)}
+    x = random_images(4, seed=3)
+    with torch.no_grad():
+        for _ in range(8):
+            method(x)
+    kept = {(layer.cluster, 0 if layer.window_mean is None else layer.window_mean.shape[0])
+            for layer in cabn_layers(method)}
+    assert kept == {(True, 6), (False, expected)}
+
+
 def test_window_state_is_cleared_by_reset():
     method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", window=6)
     stream = [random_images(b, seed=b) for b in (1, 3, 4)]
@@ -71,7 +86,8 @@ def test_window_lets_one_sample_batches_use_past_samples():
 @pytest.mark.parametrize(
     "option", [{"cluster_fraction": 1.5}, {"instance_k": -1.0}, {"window": -1},
                {"source_weight": "both"}, {"merge_levels": -1},
-               {"deep_source_weight": "deep"}, {"instance_layers": "deep"}, {"neighbours": -1}]
+               {"deep_source_weight": "deep"}, {"instance_layers": "deep"}, {"neighbours": -1},
+               {"deep_window": -1}]
 )
 def test_bad_options_are_named(option):
     with pytest.raises(ValueError, match=next(iter(option))):

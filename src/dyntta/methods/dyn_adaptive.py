@@ -66,6 +66,10 @@ class DYNAdaptiveConfig:
         labels, and a weight that falls with its size let label shift through (measured: Wild,
         BENCHMARKS.md).
     window: samples whose instance statistics each layer keeps and clusters with the batch.
+    deep_window: the window of the layers that do not cluster; ``None`` (default): ``window``.
+        A longer one averages their statistics over more samples, and so over more classes,
+        against label shift, while the shallow layers keep following domain changes
+        (exploratory, BENCHMARKS.md: "200 rows per domain").
     top_up: the window only tops a batch of B samples up to ``window`` samples (it supplies
         ``max(0, window - B)``), so batches of ``window`` or more are unchanged by it.
     """
@@ -82,6 +86,7 @@ class DYNAdaptiveConfig:
     cluster_fraction: float = 0.5
     deep_source_weight: Literal["same", "fixed", "size", "shift"] = "fixed"
     window: int = 64
+    deep_window: int | None = None
     top_up: bool = True
 
     def __post_init__(self):
@@ -90,6 +95,8 @@ class DYNAdaptiveConfig:
         if self.instance_layers not in ("all", "clustered"):
             raise ValueError("instance_layers must be 'all' or 'clustered', "
                              f"got {self.instance_layers!r}")
+        if self.deep_window is not None and self.deep_window < 0:
+            raise ValueError(f"deep_window must be None or >= 0 (samples), got {self.deep_window}")
         if self.deep_source_weight not in ("same", "fixed", "size", "shift"):
             raise ValueError("deep_source_weight must be 'same', 'fixed', 'size' or 'shift', "
                              f"got {self.deep_source_weight!r}")
@@ -131,7 +138,8 @@ class DYNAdaptive(NormalizationMethod):
             prior_strength=c.prior_strength,
             instance_k=c.instance_k if cluster or c.instance_layers == "all" else None,
             cluster=cluster, neighbours=c.neighbours if cluster else 0,
-            window=c.window, top_up=c.top_up,
+            window=c.window if cluster or c.deep_window is None else c.deep_window,
+            top_up=c.top_up,
         )
         self._built += 1
         return layer
