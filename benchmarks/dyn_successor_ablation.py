@@ -103,6 +103,9 @@ SWEEPS.update({  # each other constant of dyn_adaptive's defaults, the rest at t
     **{f"nb8-alpha{a}": {**ADAPTIVE, "alpha": a} for a in (0.7, 0.9)},
     **{f"nb8-deep{w}": {**ADAPTIVE, "deep_source_weight": w} for w in ("size", "shift")},
     **{f"nb8-deepwin{w}": {**ADAPTIVE, "deep_window": w} for w in (128, 256, 512)},
+    # the deep window kept to the samples that match the current pool (quantile q, in percent)
+    **{f"nb8-deepwin{w}-match{q}": {**ADAPTIVE, "deep_window": w, "deep_match": q / 100}
+       for w in (256, 512) for q in (0, 10, 25)},
 })
 VARIANTS.update(SWEEPS)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from copy import deepcopy as copy_module
+
 import pytest
 import torch
 
@@ -101,3 +103,34 @@ def test_neighbourhoods_replace_clusters_in_the_clustering_layers_only():
     with torch.no_grad():
         method(random_images(12, seed=1))
     assert all(layer.last_labels is None for layer in cabn_layers(method) if layer.cluster)
+
+
+def test_deep_match_links_the_last_clustering_layer_to_the_deep_ones():
+    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=0.5, deep_window=20,
+                          deep_match=0.1)
+    for copy in (method, copy_module(method)):
+        layers = cabn_layers(copy)
+        n = sum(layer.cluster for layer in layers)
+        match = layers[n - 1].signature
+        assert match is not None and match.memory == 20 and match.pool == 64
+        assert [layer.signature is match for layer in layers] == [i == n - 1 for i in
+                                                                   range(len(layers))]
+        assert [layer.match is match for layer in layers] == [not layer.cluster for layer in
+                                                              layers]
+
+
+def test_deep_match_keeps_a_window_that_repeats_the_batch():
+    model, x = tiny_resnet(), random_images(6, seed=5)
+    options = {"cluster_fraction": 0.5, "window": 8, "deep_window": 24}
+    matched = dyntta.adapt(model, "dyn_adaptive", deep_match=0.0, **options)
+    plain = dyntta.adapt(model, "dyn_adaptive", **options)
+    with torch.no_grad():
+        for _ in range(5):  # every remembered sample is a copy of a batch member: all stay
+            assert torch.equal(matched(x), plain(x))
+
+
+def test_deep_match_needs_a_clustering_layer():
+    with pytest.raises(ValueError, match="deep_match"):
+        dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=0.0, deep_match=0.1)
+    with pytest.raises(ValueError, match="deep_match"):
+        dyntta.adapt(tiny_resnet(), "dyn_adaptive", deep_match=1.5)

@@ -36,7 +36,7 @@ from torch import nn
 from dyntta.methods.base import check_unit_interval
 from dyntta.methods.normalization import NormalizationMethod
 from dyntta.methods.registry import register
-from dyntta.norm import ClusterAwareBatchNorm2d
+from dyntta.norm import ClusterAwareBatchNorm2d, WindowMatch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +71,12 @@ class DYNAdaptiveConfig:
         against label shift, while the shallow layers keep following domain changes (256
         measured at 200 rows per domain: Wild +1.8 to +4.5, single-domain streams -0.5 to
         -1.2; BENCHMARKS.md, "200 rows per domain").
+    deep_match: None (default) or a quantile q in [0, 1]: the layers that do not cluster keep
+        only the window samples that look like the current pool (the batch topped up to
+        ``window``) at the last clustering layer: those at least as close to it (cosine of
+        instance means) as the q-quantile of the pool members' nearest-neighbour similarities
+        (:class:`~dyntta.norm.WindowMatch`). A long ``deep_window`` then spans the current
+        domain, not the last few, and keeps its gain against label shift.
     top_up: the window only tops a batch of B samples up to ``window`` samples (it supplies
         ``max(0, window - B)``), so batches of ``window`` or more are unchanged by it.
     """
@@ -88,6 +94,7 @@ class DYNAdaptiveConfig:
     deep_source_weight: Literal["same", "fixed", "size", "shift"] = "fixed"
     window: int = 64
     deep_window: int | None = None
+    deep_match: float | None = None
     top_up: bool = True
 
     def __post_init__(self):
@@ -98,6 +105,8 @@ class DYNAdaptiveConfig:
                              f"got {self.instance_layers!r}")
         if self.deep_window is not None and self.deep_window < 0:
             raise ValueError(f"deep_window must be None or >= 0 (samples), got {self.deep_window}")
+        if self.deep_match is not None:
+            check_unit_interval("deep_match", self.deep_match)
         if self.deep_source_weight not in ("same", "fixed", "size", "shift"):
             raise ValueError("deep_source_weight must be 'same', 'fixed', 'size' or 'shift', "
                              f"got {self.deep_source_weight!r}")
@@ -125,8 +134,17 @@ class DYNAdaptive(NormalizationMethod):
 
     def prepare(self, model: nn.Module) -> nn.Module:
         n_layers = sum(isinstance(m, nn.BatchNorm2d) for m in model.modules())
-        self._clustered = round(self.config.cluster_fraction * n_layers)
+        c = self.config
+        self._clustered = round(c.cluster_fraction * n_layers)
         self._built = 0
+        self._match = None
+        if c.deep_match is not None:
+            if not self._clustered:
+                raise ValueError("deep_match judges samples at the last clustering layer, but "
+                                 f"cluster_fraction={c.cluster_fraction} clusters none of the "
+                                 f"{n_layers} BN layers")
+            deep_window = c.window if c.deep_window is None else c.deep_window
+            self._match = WindowMatch(deep_window, c.window if c.top_up else 0, c.deep_match)
         return super().prepare(model)
 
     def make_layer(self, bn):
@@ -141,6 +159,8 @@ class DYNAdaptive(NormalizationMethod):
             cluster=cluster, neighbours=c.neighbours if cluster else 0,
             window=c.window if cluster or c.deep_window is None else c.deep_window,
             top_up=c.top_up,
+            signature=self._match if self._built == self._clustered - 1 else None,
+            match=None if cluster else self._match,
         )
         self._built += 1
         return layer

@@ -15,6 +15,7 @@ from dyntta.norm.robust_bn import RobustBatchNorm2d
 from dyntta.norm.stats import batch_stats, cluster_stats, instance_stats
 from dyntta.norm.train_mode import TrainModeBatchNorm2d
 from dyntta.norm.unmix_tns import UnMixTNS2d
+from dyntta.norm.window_match import WindowMatch
 
 __all__ = [
     "AlphaBatchNorm2d",
@@ -26,6 +27,7 @@ __all__ = [
     "TestBatchNorm2d",
     "TrainModeBatchNorm2d",
     "UnMixTNS2d",
+    "WindowMatch",
     "batch_stats",
     "cluster_stats",
     "instance_stats",

@@ -24,6 +24,7 @@ from dyntta.norm.stats import (
     neighbourhood_stats,
     shrink_to_reference,
 )
+from dyntta.norm.window_match import WindowMatch
 
 Clustering = Callable[[torch.Tensor], torch.Tensor]
 """Maps instance means (B, C) to (B,) integer cluster labels; equal labels share a cluster."""
@@ -199,6 +200,11 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         top_up: with a window, use only the ``max(0, W - B)`` most recent of its samples, so
             the statistics of a batch of B samples always come from at least W samples and a
             batch of W or more uses the window not at all (its result is the windowless one).
+        signature: a :class:`~dyntta.norm.window_match.WindowMatch` this layer writes its
+            instance means into, every forward (a layer that separates domains).
+        match: a :class:`~dyntta.norm.window_match.WindowMatch` (written by an earlier layer)
+            that decides which window samples this layer keeps: those that look like the
+            current pool there. Lets a long window span one domain, not the last few.
 
     After each forward, ``last_labels`` holds the (B,) cluster labels of that batch (with the
     default LISC, ids in 0..B-1 that are equal exactly within a cluster; with a window, ids over
@@ -220,6 +226,8 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         neighbours: int = 0,
         window: int = 0,
         top_up: bool = False,
+        signature: WindowMatch | None = None,
+        match: WindowMatch | None = None,
     ) -> None:
         super().__init__(bn)
         if mix not in ("var", "std"):
@@ -255,6 +263,8 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         self.neighbours = neighbours
         self.window = window
         self.top_up = top_up
+        self.signature = signature
+        self.match = match
         self.last_labels: torch.Tensor | None = None
         self.reset_window()
 
@@ -262,6 +272,8 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         """Forget the window's instance statistics (no-op without a window)."""
         self.window_mean: torch.Tensor | None = None
         self.window_var: torch.Tensor | None = None
+        if self.signature is not None:
+            self.signature.reset()
 
     def remember(self, kept: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
         """The last ``window`` rows of ``kept`` (None: nothing yet) followed by ``new``."""
@@ -293,11 +305,17 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
 
     def statistics(self, x):
         mu, s2 = instance_stats(x, unbiased=self.unbiased)
+        if self.signature is not None:
+            self.signature.observe(mu)
         b = x.shape[0]
         extra = max(0, self.window - b) if self.top_up else self.window
         if extra and self.window_mean is not None:
-            all_mu = torch.cat([self.window_mean[-extra:], mu])
-            all_s2 = torch.cat([self.window_var[-extra:], s2])
+            old_mu, old_s2 = self.window_mean[-extra:], self.window_var[-extra:]
+            if self.match is not None:
+                kept = self.match.keep(old_mu.shape[0], b)
+                old_mu, old_s2 = old_mu[kept], old_s2[kept]
+            all_mu = torch.cat([old_mu, mu])
+            all_s2 = torch.cat([old_s2, s2])
         else:
             all_mu, all_s2 = mu, s2
         if self.neighbours:
@@ -338,6 +356,8 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             "neighbours": (self.neighbours, 0),
             "window": (self.window, 0),
             "top_up": (self.top_up, False),
+            "signature": (self.signature is not None, False),
+            "match": (self.match is not None, False),
         }
         changed = [f"{k}={v!r}" for k, (v, default) in options.items() if v != default]
         if self.source_weight == "size":

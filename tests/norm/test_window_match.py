@@ -1,0 +1,110 @@
+"""The window filter shared by layers (beyond the paper, issue 12): its choice against a direct
+reading of the rule, its invariants, and its effect inside a layer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dyntta.norm import ClusterAwareBatchNorm2d, WindowMatch
+from tests.norm.bn_helpers import random_bn
+
+
+def observed(match: WindowMatch, batches: list[np.ndarray]) -> WindowMatch:
+    for batch in batches:
+        match.observe(torch.from_numpy(batch))
+    return match
+
+
+def kept_by_the_rule(rows: np.ndarray, n_pool: int, quantile: float) -> list[bool]:
+    """The rule read directly: an older row stays when its best cosine to the pool reaches the
+    quantile of the pool members' best cosines to another member."""
+    unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    older, pool = unit[:-n_pool], unit[-n_pool:]
+    nearest_other = [max(pool[i] @ pool[j] for j in range(n_pool) if j != i)
+                     for i in range(n_pool)]
+    threshold = np.quantile(nearest_other, quantile)  # numpy's default is torch's "linear"
+    return [max(row @ member for member in pool) >= threshold for row in older]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 6), st.integers(1, 4), st.integers(0, 8),
+       st.floats(0.0, 1.0))
+def test_keep_follows_the_rule(seed, batch_size, n_batches, pool, quantile):
+    rng = np.random.default_rng(seed)
+    batches = [rng.normal(size=(batch_size, 3)) + rng.normal(size=3) for _ in range(n_batches)]
+    memory = batch_size * (n_batches - 1)
+    match = observed(WindowMatch(memory, pool, quantile), batches)
+    kept = match.keep(memory, batch_size).tolist()
+    rows = np.concatenate(batches)
+    n_pool = min(len(rows), max(pool, batch_size))
+    expected = kept_by_the_rule(rows, n_pool, quantile) if n_pool >= 2 else []
+    # the most recent window rows fill the pool: they always stay
+    assert kept == expected + [True] * (memory - len(expected))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.floats(0.0, 1.0), st.floats(0.0, 1.0))
+def test_a_higher_quantile_keeps_fewer(seed, q1, q2):
+    rng = np.random.default_rng(seed)
+    batches = [rng.normal(size=(4, 5)) for _ in range(5)]
+    low, high = sorted([q1, q2])
+    keep_low = observed(WindowMatch(16, 4, low), batches).keep(16, 4)
+    keep_high = observed(WindowMatch(16, 4, high), batches).keep(16, 4)
+    assert not (keep_high & ~keep_low).any()
+
+
+def test_a_remembered_copy_of_a_pool_member_is_kept_and_an_opposite_one_is_not():
+    rng = np.random.default_rng(0)
+    batch = rng.normal(size=(6, 4))
+    match = observed(WindowMatch(2, 6, 1.0), [np.stack([batch[2], -batch[2]]), batch])
+    assert match.keep(2, 6).tolist() == [True, False]
+
+
+def test_keep_needs_observe_first_and_bad_sizes_are_named():
+    with pytest.raises(RuntimeError, match="observe"):
+        WindowMatch(4, 4, 0.1).keep(2, 2)
+    with pytest.raises(ValueError, match="quantile"):
+        WindowMatch(4, 4, 1.5)
+    with pytest.raises(ValueError, match="memory"):
+        WindowMatch(-1, 4, 0.1)
+
+
+def domain_batch(direction: int, seed: int, b: int = 4, c: int = 3) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, c, 5, 5, generator=g, dtype=torch.float64)
+    x[:, direction] += 8.0  # instance means point along one channel per domain
+    return x
+
+
+def test_a_deep_layer_drops_window_samples_of_another_domain():
+    match = WindowMatch(memory=12, pool=4, quantile=0.1)
+    judge = ClusterAwareBatchNorm2d(random_bn(3).double(), signature=match)
+    deep = ClusterAwareBatchNorm2d(random_bn(3, seed=1).double(), cluster=False, window=12,
+                                   top_up=True, match=match)
+    windowless = ClusterAwareBatchNorm2d(random_bn(3, seed=1).double(), cluster=False)
+    unmatched = ClusterAwareBatchNorm2d(random_bn(3, seed=1).double(), cluster=False,
+                                        window=12, top_up=True)
+    stream = [domain_batch(0, 0), domain_batch(0, 1), domain_batch(1, 2)]
+    for x in stream:
+        judge(x)
+        out, plain, other = deep(x), windowless(x), unmatched(x)
+    # the last batch is of another domain: the 8 remembered samples go, the batch stays alone
+    assert torch.equal(out, plain)
+    assert not torch.allclose(out, other)
+    # a fourth batch of the new domain keeps the third, not the first two
+    x = domain_batch(1, 3)
+    judge(x)
+    kept = match.keep(8, 4)
+    assert kept.tolist() == [False] * 4 + [True] * 4
+
+
+def test_reset_forgets_the_signatures():
+    match = WindowMatch(8, 4, 0.1)
+    judge = ClusterAwareBatchNorm2d(random_bn(3).double(), signature=match)
+    judge(domain_batch(0, 0))
+    judge.reset_window()
+    assert match.current is None and match.remembered is None
