@@ -42,16 +42,24 @@ class WindowMatch:
         """Forget every signature."""
         self.remembered: torch.Tensor | None = None
         self.current: torch.Tensor | None = None
+        self.decided: dict[tuple[int, int], torch.Tensor] = {}  # keep()'s answers this batch
 
     def observe(self, mu: torch.Tensor) -> None:
         """Record the (B, C) instance means of the current batch (once per forward)."""
         batch = F.normalize(mu.detach(), dim=1)
         self.current = batch if self.remembered is None else torch.cat([self.remembered, batch])
         self.remembered = self.current[-self.memory :] if self.memory else None
+        self.decided = {}
 
     def keep(self, n_window: int, batch_size: int) -> torch.Tensor:
         """(n_window,) bool: which of a layer's last ``n_window`` remembered samples (oldest
-        first, those seen just before the current batch of ``batch_size``) to keep."""
+        first, those seen just before the current batch of ``batch_size``) to keep; computed once
+        per batch for all the layers that ask."""
+        if (n_window, batch_size) not in self.decided:
+            self.decided[n_window, batch_size] = self.judge(n_window, batch_size)
+        return self.decided[n_window, batch_size]
+
+    def judge(self, n_window: int, batch_size: int) -> torch.Tensor:
         if self.current is None or self.current.shape[0] < n_window + batch_size:
             raise RuntimeError("WindowMatch.keep before observe saw these samples: the observing "
                                "layer must run before the layers that keep")
