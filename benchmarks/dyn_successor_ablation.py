@@ -105,7 +105,7 @@ SWEEPS.update({  # each other constant of dyn_adaptive's defaults, the rest at t
     **{f"nb8-deepwin{w}": {**ADAPTIVE, "deep_window": w} for w in (128, 256, 512)},
     # the deep window kept to the samples that match the current pool (quantile q, in percent)
     **{f"nb8-deepwin{w}-match{q}": {**ADAPTIVE, "deep_window": w, "deep_match": q / 100}
-       for w in (256, 512) for q in (0, 10, 25)},
+       for w in (256, 512) for q in (0, 10, 25, 50)},
 })
 VARIANTS.update(SWEEPS)
 
