@@ -112,7 +112,7 @@ def test_deep_match_links_the_last_clustering_layer_to_the_deep_ones():
         layers = cabn_layers(copy)
         n = sum(layer.cluster for layer in layers)
         match = layers[n - 1].signature
-        assert match is not None and match.memory == 20 and match.reference == 2
+        assert match is not None and match.memory == 20 and match.pool == 64
         assert [layer.signature is match for layer in layers] == [i == n - 1 for i in
                                                                    range(len(layers))]
         assert [layer.match is match for layer in layers] == [not layer.cluster for layer in

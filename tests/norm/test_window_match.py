@@ -19,30 +19,30 @@ def observed(match: WindowMatch, batches: list[np.ndarray]) -> WindowMatch:
     return match
 
 
-def kept_by_the_rule(rows: np.ndarray, n_reference: int, quantile: float) -> list[bool]:
-    """The rule read directly: an older row stays when its best cosine to the reference reaches the
-    quantile of the reference members' best cosines to another member."""
+def kept_by_the_rule(rows: np.ndarray, n_pool: int, quantile: float) -> list[bool]:
+    """The rule read directly: an older row stays when its best cosine to the pool reaches the
+    quantile of the pool members' best cosines to another member."""
     unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
-    older, reference = unit[:-n_reference], unit[-n_reference:]
-    nearest_other = [max(reference[i] @ reference[j] for j in range(n_reference) if j != i)
-                     for i in range(n_reference)]
+    older, pool = unit[:-n_pool], unit[-n_pool:]
+    nearest_other = [max(pool[i] @ pool[j] for j in range(n_pool) if j != i)
+                     for i in range(n_pool)]
     threshold = np.quantile(nearest_other, quantile)  # numpy's default is torch's "linear"
-    return [max(row @ member for member in reference) >= threshold for row in older]
+    return [max(row @ member for member in pool) >= threshold for row in older]
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 10_000), st.integers(1, 6), st.integers(1, 4), st.integers(0, 8),
        st.floats(0.0, 1.0))
-def test_keep_follows_the_rule(seed, batch_size, n_batches, reference, quantile):
+def test_keep_follows_the_rule(seed, batch_size, n_batches, pool, quantile):
     rng = np.random.default_rng(seed)
     batches = [rng.normal(size=(batch_size, 3)) + rng.normal(size=3) for _ in range(n_batches)]
     memory = batch_size * (n_batches - 1)
-    match = observed(WindowMatch(memory, reference, quantile), batches)
+    match = observed(WindowMatch(memory, pool, quantile), batches)
     kept = match.keep(memory, batch_size).tolist()
     rows = np.concatenate(batches)
-    n_reference = min(len(rows), max(reference, batch_size))
-    expected = kept_by_the_rule(rows, n_reference, quantile) if n_reference >= 2 else []
-    # the most recent window rows in the reference always stay
+    n_pool = min(len(rows), max(pool, batch_size))
+    expected = kept_by_the_rule(rows, n_pool, quantile) if n_pool >= 2 else []
+    # the most recent window rows fill the pool: they always stay
     assert kept == expected + [True] * (memory - len(expected))
 
 
@@ -57,7 +57,7 @@ def test_a_higher_quantile_keeps_fewer(seed, q1, q2):
     assert not (keep_high & ~keep_low).any()
 
 
-def test_a_remembered_copy_of_a_batch_member_is_kept_and_an_opposite_one_is_not():
+def test_a_remembered_copy_of_a_pool_member_is_kept_and_an_opposite_one_is_not():
     rng = np.random.default_rng(0)
     batch = rng.normal(size=(6, 4))
     match = observed(WindowMatch(2, 6, 1.0), [np.stack([batch[2], -batch[2]]), batch])
@@ -81,7 +81,7 @@ def domain_batch(direction: int, seed: int, b: int = 4, c: int = 3) -> torch.Ten
 
 
 def test_a_deep_layer_drops_window_samples_of_another_domain():
-    match = WindowMatch(memory=12, reference=2, quantile=0.1)
+    match = WindowMatch(memory=12, pool=4, quantile=0.1)
     judge = ClusterAwareBatchNorm2d(random_bn(3).double(), signature=match)
     deep = ClusterAwareBatchNorm2d(random_bn(3, seed=1).double(), cluster=False, window=12,
                                    top_up=True, match=match)

@@ -72,11 +72,11 @@ class DYNAdaptiveConfig:
         measured at 200 rows per domain: Wild +1.8 to +4.5, single-domain streams -0.5 to
         -1.2; BENCHMARKS.md, "200 rows per domain").
     deep_match: None (default) or a quantile q in [0, 1]: the layers that do not cluster keep
-        only the window samples that look like the current batch at the last clustering layer:
-        those at least as close to it (cosine of instance means) as the q-quantile of the batch
-        members' nearest-neighbour similarities (:class:`~dyntta.norm.WindowMatch`; a batch of
-        one sample is judged with the sample before it). A long ``deep_window`` then spans the
-        current domain, not the last few, and keeps its gain against label shift.
+        only the window samples that look like the current pool (the batch topped up to
+        ``window``) at the last clustering layer: those at least as close to it (cosine of
+        instance means) as the q-quantile of the pool members' nearest-neighbour similarities
+        (:class:`~dyntta.norm.WindowMatch`). A long ``deep_window`` then spans the current
+        domain, not the last few, and keeps its gain against label shift.
     top_up: the window only tops a batch of B samples up to ``window`` samples (it supplies
         ``max(0, window - B)``), so batches of ``window`` or more are unchanged by it.
     """
@@ -144,7 +144,7 @@ class DYNAdaptive(NormalizationMethod):
                                  f"cluster_fraction={c.cluster_fraction} clusters none of the "
                                  f"{n_layers} BN layers")
             deep_window = c.window if c.deep_window is None else c.deep_window
-            self._match = WindowMatch(deep_window, 2, c.deep_match)
+            self._match = WindowMatch(deep_window, c.window if c.top_up else 0, c.deep_match)
         return super().prepare(model)
 
     def make_layer(self, bn):

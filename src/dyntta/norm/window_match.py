@@ -4,7 +4,7 @@ Beyond the DYN paper (issue 12). A layer whose statistics follow the labels (a d
 from a long window of past samples against label shift, but a long window also spans past
 domains. One layer that still separates domains (a shallow one) writes each batch's instance
 means here (:meth:`WindowMatch.observe`); the deep layers then keep only the remembered samples
-that are as close to the current batch as the batch's own members are to each other
+that are as close to the current pool as the pool's own members are to each other
 (:meth:`WindowMatch.keep`). Closeness is LISC's cosine similarity of instance means.
 """
 
@@ -20,22 +20,21 @@ class WindowMatch:
     Args:
         memory: how many past samples' signatures to keep (at least the longest window that
             asks :meth:`keep`).
-        reference: the samples the others are judged against: the most recent ``reference``
-            samples, and at least the batch (2: the batch itself, with one sample the batch and
-            the sample before it). Remembered samples among them are always kept.
-        quantile: a remembered sample is kept when its highest similarity to the reference is
-            at least this quantile of the reference members' similarities to their nearest
-            other member (0: as close as its loneliest member; 0.5: as its median member).
+        pool: the most recent samples (batch included, at least the batch) that are always
+            kept and that the older ones are judged against; a layer's ``window`` with
+            ``top_up``.
+        quantile: an older sample is kept when its highest similarity to the pool is at least
+            this quantile of the pool members' similarities to their nearest other member
+            (0: as close as the pool's loneliest member; 0.5: as its median member).
     """
 
-    def __init__(self, memory: int, reference: int, quantile: float) -> None:
-        if memory < 0 or reference < 0:
-            raise ValueError("memory and reference must be >= 0 (samples), "
-                             f"got {memory} and {reference}")
+    def __init__(self, memory: int, pool: int, quantile: float) -> None:
+        if memory < 0 or pool < 0:
+            raise ValueError(f"memory and pool must be >= 0 (samples), got {memory} and {pool}")
         if not 0.0 <= quantile <= 1.0:
             raise ValueError(f"quantile must be in [0, 1], got {quantile}")
         self.memory = memory
-        self.reference = reference
+        self.pool = pool
         self.quantile = quantile
         self.reset()
 
@@ -65,13 +64,13 @@ class WindowMatch:
             raise RuntimeError("WindowMatch.keep before observe saw these samples: the observing "
                                "layer must run before the layers that keep")
         rows = self.current[self.current.shape[0] - n_window - batch_size :]
-        n_reference = min(n_window + batch_size, max(self.reference, batch_size))
-        older, reference = rows[:-n_reference], rows[-n_reference:]
+        n_pool = min(n_window + batch_size, max(self.pool, batch_size))
+        older, pool = rows[:-n_pool], rows[-n_pool:]
         kept = torch.ones(n_window, dtype=torch.bool, device=rows.device)
-        if older.shape[0] == 0 or n_reference < 2:
+        if older.shape[0] == 0 or n_pool < 2:
             return kept
-        within = reference @ reference.T
+        within = pool @ pool.T
         within.fill_diagonal_(-2.0)  # below any cosine: a member is not its own neighbour
         threshold = torch.quantile(within.max(1).values, self.quantile)
-        kept[: older.shape[0]] = (older @ reference.T).max(1).values >= threshold
+        kept[: older.shape[0]] = (older @ pool.T).max(1).values >= threshold
         return kept
