@@ -19,13 +19,17 @@ import torch
 import dyntta
 from dyntta.models import Normalized, build
 
-METHODS = ("source", "tbn", "alpha_bn", "dyn", "dyn_adaptive", "datta")
+METHODS = {name: (name, {}) for name in ("source", "tbn", "alpha_bn", "dyn", "dyn_adaptive", "datta")}
+# an option off by default, at its largest cost: a repeated batch fills the deep window with
+# copies of itself, which the match all keeps
+METHODS["dyn_adaptive deep_match"] = ("dyn_adaptive", {"deep_window": 256, "deep_match": 0.1})
 
 
 def time_methods(arch: str, batch: int, repeats: int, warmup: int, clock) -> dict[str, float]:
     torch.manual_seed(0)
     model = Normalized(build(arch), (0.5,) * 3, (0.25,) * 3).eval()
-    methods = {name: dyntta.adapt(model, name) for name in METHODS}
+    methods = {label: dyntta.adapt(model, name, **options)
+               for label, (name, options) in METHODS.items()}
     x = torch.rand(batch, 3, 32, 32)
     times: dict[str, list[float]] = {name: [] for name in METHODS}
     with torch.inference_mode():
