@@ -11,7 +11,8 @@ that are as close to the current pool as the pool's own members are to each othe
 from __future__ import annotations
 
 import torch
-from torch.nn import functional as F
+
+from dyntta.norm.lisc import unit_rows
 
 
 class WindowMatch:
@@ -46,7 +47,7 @@ class WindowMatch:
 
     def observe(self, mu: torch.Tensor) -> None:
         """Record the (B, C) instance means of the current batch (once per forward)."""
-        batch = F.normalize(mu.detach(), dim=1)
+        batch = unit_rows(mu.detach())
         self.current = batch if self.remembered is None else torch.cat([self.remembered, batch])
         self.remembered = self.current[-self.memory :] if self.memory else None
         self.decided = {}
