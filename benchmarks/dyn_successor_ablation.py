@@ -31,7 +31,7 @@ from dyntta.bench.stats import difference_interval
 DYN_OPTIONS = {"merge_levels": 0, "neighbours": 0, "source_weight": "fixed",
                "prior_strength": 16.0, "instance_k": None, "cluster_fraction": 1.0,
                "deep_source_weight": "same", "instance_layers": "all", "window": 0,
-               "deep_window": None, "top_up": False}
+               "deep_window": None, "deep_match": None, "top_up": False}
 """dyn_adaptive with these options is dyn; every variant states all of them (its label means the
 same whatever dyn_adaptive's defaults are)."""
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from copy import deepcopy as copy_module
+from copy import deepcopy
 
 import pytest
 import torch
@@ -108,8 +108,8 @@ def test_neighbourhoods_replace_clusters_in_the_clustering_layers_only():
 def test_deep_match_links_the_last_clustering_layer_to_the_deep_ones():
     method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=0.5, deep_window=20,
                           deep_match=0.1)
-    for copy in (method, copy_module(method)):
-        layers = cabn_layers(copy)
+    for adapted in (method, deepcopy(method)):
+        layers = cabn_layers(adapted)
         n = sum(layer.cluster for layer in layers)
         match = layers[n - 1].signature
         assert match is not None and match.memory == 20 and match.pool == 64

@@ -107,4 +107,6 @@ def test_reset_forgets_the_signatures():
     judge = ClusterAwareBatchNorm2d(random_bn(3).double(), signature=match)
     judge(domain_batch(0, 0))
     judge.reset_window()
-    assert match.current is None and match.remembered is None
+    assert match.current is None
+    with pytest.raises(RuntimeError, match="observe"):
+        match.keep(0, 4)

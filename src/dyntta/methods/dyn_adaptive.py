@@ -140,14 +140,15 @@ class DYNAdaptive(NormalizationMethod):
         c = self.config
         self._clustered = round(c.cluster_fraction * n_layers)
         self._built = 0
+        self._deep_window = c.window if c.deep_window is None else c.deep_window
         self._match = None
         if c.deep_match is not None:
             if not self._clustered:
                 raise ValueError("deep_match judges samples at the last clustering layer, but "
                                  f"cluster_fraction={c.cluster_fraction} clusters none of the "
                                  f"{n_layers} BN layers")
-            deep_window = c.window if c.deep_window is None else c.deep_window
-            self._match = WindowMatch(deep_window, c.window if c.top_up else 0, c.deep_match)
+            self._match = WindowMatch(self._deep_window, c.window if c.top_up else 0,
+                                      c.deep_match)
         return super().prepare(model)
 
     def make_layer(self, bn):
@@ -160,7 +161,7 @@ class DYNAdaptive(NormalizationMethod):
             prior_strength=c.prior_strength,
             instance_k=c.instance_k if cluster or c.instance_layers == "all" else None,
             cluster=cluster, neighbours=c.neighbours if cluster else 0,
-            window=c.window if cluster or c.deep_window is None else c.deep_window,
+            window=c.window if cluster else self._deep_window,
             top_up=c.top_up,
             signature=self._match if self._built == self._clustered - 1 else None,
             match=None if cluster else self._match,

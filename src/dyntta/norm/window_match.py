@@ -41,15 +41,15 @@ class WindowMatch:
 
     def reset(self) -> None:
         """Forget every signature."""
-        self.remembered: torch.Tensor | None = None
-        self.current: torch.Tensor | None = None
+        self.current: torch.Tensor | None = None  # the last ``memory`` signatures, then the batch's
         self.decided: dict[tuple[int, int], torch.Tensor] = {}  # keep()'s answers this batch
 
     def observe(self, mu: torch.Tensor) -> None:
         """Record the (B, C) instance means of the current batch (once per forward)."""
         batch = unit_rows(mu.detach())
-        self.current = batch if self.remembered is None else torch.cat([self.remembered, batch])
-        self.remembered = self.current[-self.memory :] if self.memory else None
+        if self.current is not None and self.memory:
+            batch = torch.cat([self.current[-self.memory :], batch])
+        self.current = batch
         self.decided = {}
 
     def keep(self, n_window: int, batch_size: int) -> torch.Tensor:
