@@ -7,7 +7,11 @@ Labels:
 - ``dyn``, ``dyn_adaptive``: the registered methods;
 - ``dyn+domains``: DYN's layer (source weight 0.8, every layer) clustering by true domain;
 - ``size+window+domains``: every layer clusters by true domain over the batch and a window of the
-  last 64 samples, source weight ``16 / (16 + n_k)``: the oracle's best measured combination.
+  last 64 samples, source weight ``16 / (16 + n_k)``: the oracle's best measured combination;
+- ``deep256+match``: ``dyn_adaptive`` with a 256-sample deep window kept to the current domain
+  by :class:`~dyntta.norm.WindowMatch` (``deep_window=256, deep_match=0.1``);
+- ``deep256+domains``: the same with a perfect filter: the deep layers keep the remembered
+  samples whose true domain is one of the batch's.
 
     PYTHONPATH=src python benchmarks/oracle_partition.py --data-dir ../shared/data --cache-dir CACHE \
         --dataset npz --scenarios crossmix continual --batch-sizes 64 16 --seeds 0 1 2
@@ -25,7 +29,7 @@ from dyntta.bench.config import DatasetEntry
 from dyntta.bench.sources import SourceOptions, resolve_source
 from dyntta.bench.stats import difference_interval
 from dyntta.data import make_stream
-from dyntta.norm import ClusterAwareBatchNorm2d, replace_batchnorm
+from dyntta.norm import ClusterAwareBatchNorm2d, WindowMatch, replace_batchnorm
 
 DATASETS = {
     "npz": DatasetEntry("npz", "cifar10-test-jpeg.npz", "resnet20-cifar10.th"),
@@ -53,19 +57,68 @@ class TrueDomains:
         return torch.cat([self.past[len(self.past) - extra:], self.current]) if extra else self.current
 
 
+class TrueDomainMatch(WindowMatch):
+    """:class:`WindowMatch`'s oracle: keeps the remembered samples whose true domain is one of
+    the current batch's."""
+
+    def __init__(self, memory: int) -> None:
+        super().__init__(memory, pool=0, quantile=0.0)
+
+    def reset(self) -> None:
+        super().reset()
+        self.domains = torch.zeros(0, dtype=torch.long)
+
+    def show(self, domains: torch.Tensor) -> None:
+        """The next batch's domains (call before its forward)."""
+        self.domains = torch.cat([self.domains, domains])[-(self.memory + len(domains)):]
+
+    def judge(self, n_window: int, batch_size: int) -> torch.Tensor:
+        seen = len(self.domains) - batch_size
+        return torch.isin(self.domains[seen - n_window : seen], self.domains[seen:])
+
+
+DEEP = {"deep_window": 256, "deep_match": 0.1}
+
+
 def oracle_model(model, domains: TrueDomains, **options):
     model = copy.deepcopy(model)
     replace_batchnorm(model, lambda bn: ClusterAwareBatchNorm2d(bn, clustering=domains, **options))
     return model.eval().requires_grad_(False)
 
 
+def deep_oracle_model(model, domains: TrueDomainMatch):
+    adapter = dyntta.adapt(model, "dyn_adaptive", **DEEP)
+    for layer in adapter.modules():
+        if isinstance(layer, ClusterAwareBatchNorm2d):
+            layer.signature = domains if layer.signature is not None else None
+            layer.match = domains if layer.match is not None else None
+    return adapter
+
+
 ORACLES = {
     "dyn+domains": {},
     "size+window+domains": {"source_weight": "size", "window": WINDOW},
 }
+# each oracle (or option) beside the method it improves on: the tables' difference columns
+COMPARISONS = [("size+window+domains", "dyn"), ("deep256+match", "dyn_adaptive"),
+               ("deep256+domains", "dyn_adaptive")]
+LABELS = ["dyn", "dyn_adaptive", *ORACLES, "deep256+match", "deep256+domains"]
 
 
-def run(model, stream, domains: TrueDomains | None) -> tuple[list[int], list[int]]:
+def build(label: str, model):
+    """The model of ``label`` and the oracle it must be shown each batch's domains (or None)."""
+    if label in ORACLES:
+        domains = TrueDomains()
+        return oracle_model(model, domains, **ORACLES[label]), domains
+    if label == "deep256+domains":
+        domains = TrueDomainMatch(DEEP["deep_window"])
+        return deep_oracle_model(model, domains), domains
+    if label == "deep256+match":
+        return dyntta.adapt(model, "dyn_adaptive", **DEEP), None
+    return dyntta.adapt(model, label), None
+
+
+def run(model, stream, domains) -> tuple[list[int], list[int]]:
     """Hits and sizes of every batch, each predicted before the next is seen."""
     hits, sizes = [], []
     with torch.no_grad():
@@ -86,12 +139,15 @@ def main(argv=None) -> None:
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[64, 16])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--n-samples", type=int, default=100, help="rows per domain")
+    parser.add_argument("--labels", nargs="+", choices=LABELS, default=LABELS)
     args = parser.parse_args(argv)
     source = resolve_source(DATASETS[args.dataset],
                             SourceOptions(args.data_dir, args.cache_dir, severities=(5,)), False)
-    labels = ["dyn", "dyn_adaptive", *ORACLES]
-    print("| dataset | scenario | B | seeds | " + " | ".join(labels) + " | size+window+domains"
-          " - dyn |\n|" + "---|" * (len(labels) + 5))
+    labels = [label for label in LABELS if label in args.labels]
+    pairs = [(a, b) for a, b in COMPARISONS if a in labels and b in labels]
+    print("| dataset | scenario | B | seeds | " + " | ".join(labels)
+          + "".join(f" | {a} - {b}" for a, b in pairs)
+          + " |\n|" + "---|" * (len(labels) + len(pairs) + 4))
     for scenario in args.scenarios:
         for b in args.batch_sizes:
             runs = {label: ([], []) for label in labels}
@@ -100,18 +156,17 @@ def main(argv=None) -> None:
                                      batch_size=b, seed=seed, n_samples=args.n_samples,
                                      delta=0.1 if scenario == "wild" else None)
                 for label in labels:
-                    domains = TrueDomains() if label in ORACLES else None
-                    model = (oracle_model(source.model, domains, **ORACLES[label]) if domains
-                             else dyntta.adapt(source.model, label))
+                    model, domains = build(label, source.model)
                     hits, sizes = run(model, stream, domains)
                     runs[label][0].append(hits)
                     runs[label][1].append(sizes)
             acc = {k: 100 * sum(map(sum, h)) / sum(map(sum, n)) for k, (h, n) in runs.items()}
-            low, high = difference_interval(runs["size+window+domains"], runs["dyn"])
+            cells = [f"{acc[k]:.1f}" for k in labels]
+            for a, ref in pairs:
+                low, high = difference_interval(runs[a], runs[ref])
+                cells.append(f"{acc[a] - acc[ref]:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]")
             print(f"| {args.dataset} | {scenario} | {b} | {len(args.seeds)} | "
-                  + " | ".join(f"{acc[k]:.1f}" for k in labels)
-                  + f" | {acc['size+window+domains'] - acc['dyn']:+.1f} "
-                  f"[{100 * low:+.1f}, {100 * high:+.1f}] |", flush=True)
+                  + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":
