@@ -18,19 +18,25 @@ from tests.norm.test_layers import mixed_batch, source_bn
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(0, 10_000), st.integers(1, 30), st.integers(1, 12), st.integers(1, 40))
+@given(st.integers(0, 10_000), st.integers(1, 30), st.integers(1, 30), st.integers(1, 40))
 def test_nearest_neighbours_are_the_most_similar_rows(seed, pool_size, n_queries, n):
     rng = np.random.default_rng(seed)
     pool = rng.normal(size=(pool_size, 5))
-    queries = np.concatenate([rng.normal(size=(n_queries, 5)), pool[-min(3, pool_size):]])
-    index = nearest_neighbours(torch.from_numpy(queries), torch.from_numpy(pool), n).numpy()
-    sim = (queries / np.linalg.norm(queries, axis=1, keepdims=True)) @ (
-        pool / np.linalg.norm(pool, axis=1, keepdims=True)).T
+    n_queries = min(n_queries, pool_size)
+    index = nearest_neighbours(torch.from_numpy(pool), n, n_queries).numpy()
+    unit = pool / np.linalg.norm(pool, axis=1, keepdims=True)
+    sim = unit[pool_size - n_queries :] @ unit.T
     expected = -np.sort(-sim, axis=1)[:, : min(n, pool_size)]  # the top similarities, sorted
     np.testing.assert_allclose(np.take_along_axis(sim, index, 1), expected, rtol=0, atol=1e-12)
     assert all(len(set(row)) == len(row) for row in index.tolist())
-    # a query that is a pool row finds itself first
-    assert index[n_queries:, 0].tolist() == list(range(pool_size - min(3, pool_size), pool_size))
+    # each query (a pool row) finds itself first
+    assert index[:, 0].tolist() == list(range(pool_size - n_queries, pool_size))
+
+
+@pytest.mark.parametrize("queries", [0, 4])
+def test_nearest_neighbours_names_queries_outside_the_pool(queries):
+    with pytest.raises(ValueError, match="queries must be in 1..3"):
+        nearest_neighbours(torch.randn(3, 2), 2, queries)
 
 
 def test_neighbourhood_stats_are_the_statistics_of_the_pooled_pixels():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from dyntta.norm.lisc import component_roots
+from dyntta.norm.lisc import component_roots, same_cluster
 
 
 def next_level(mu: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -31,7 +31,7 @@ def next_level(mu: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         (N,) int64 ids of the coarser partition, equal exactly within a cluster. A partition
         with one cluster is returned as one cluster.
     """
-    same = labels[:, None] == labels[None, :]
+    same = same_cluster(labels)
     rep = same.to(torch.uint8).argmax(dim=1)  # lowest member index of each sample's cluster
     members = same.to(mu.dtype)
     centres = (members / members.sum(1, keepdim=True)) @ mu

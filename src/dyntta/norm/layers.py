@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from dyntta.norm.finch import next_level
-from dyntta.norm.lisc import lisc
+from dyntta.norm.lisc import lisc, same_cluster
 from dyntta.norm.mixing import shift_weight, size_weight
 from dyntta.norm.neighbours import nearest_neighbours
 from dyntta.norm.stats import (
@@ -293,12 +293,12 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         return labels
 
     def weight_of_source(
-        self, mu: torch.Tensor, cluster_mean: torch.Tensor, labels: torch.Tensor
+        self, mu: torch.Tensor, cluster_mean: torch.Tensor, sizes: torch.Tensor | int
     ) -> float | torch.Tensor:
-        """``alpha`` (fixed) or the (N, 1) per-sample source weight of its cluster."""
+        """``alpha`` (fixed) or the per-sample source weight of its cluster, for (N, 1) cluster
+        sizes (or one size for all, as a neighbourhood's)."""
         if self.source_weight == "fixed":
             return self.alpha
-        sizes = (labels[:, None] == labels[None, :]).sum(1, keepdim=True).to(mu.dtype)
         if self.source_weight == "size":
             return size_weight(sizes, self.prior_strength)
         return shift_weight(mu, cluster_mean, sizes, self.running_mean, self.alpha)
@@ -319,15 +319,15 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         else:
             all_mu, all_s2 = mu, s2
         if self.neighbours:
-            index = nearest_neighbours(mu.detach(), all_mu.detach(), self.neighbours)
+            index = nearest_neighbours(all_mu.detach(), self.neighbours, b)
             cluster_mean, cluster_var = neighbourhood_stats(all_mu, all_s2, index)
-            a = self.alpha if self.source_weight == "fixed" \
-                else size_weight(index.shape[1], self.prior_strength)
+            a = self.weight_of_source(mu, cluster_mean, index.shape[1])
         else:
             labels = self.labels(all_mu.detach())
             self.last_labels = labels[-b:]
             cluster_mean, cluster_var = cluster_stats(all_mu, all_s2, labels)
-            a = self.weight_of_source(all_mu.detach(), cluster_mean.detach(), labels)
+            sizes = same_cluster(labels).sum(1, keepdim=True).to(mu.dtype)
+            a = self.weight_of_source(all_mu.detach(), cluster_mean.detach(), sizes)
             cluster_mean, cluster_var = cluster_mean[-b:], cluster_var[-b:]
             if not isinstance(a, float):
                 a = a[-b:]

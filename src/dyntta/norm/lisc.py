@@ -17,6 +17,11 @@ def unit_rows(features: torch.Tensor) -> torch.Tensor:
     return features / torch.linalg.vector_norm(features, dim=1, keepdim=True).clamp_min(1e-12)
 
 
+def same_cluster(labels: torch.Tensor) -> torch.Tensor:
+    """(N, N) bool: which pairs of samples share a cluster, for (N,) labels of any values."""
+    return labels[:, None] == labels[None, :]
+
+
 def first_neighbours(features: torch.Tensor) -> torch.Tensor:
     """Index of each row's most cosine-similar other row (ties to the lowest index).
 
@@ -75,7 +80,7 @@ def component_roots(neighbours: torch.Tensor) -> torch.Tensor:
 
 def canonical_labels(ids: torch.Tensor) -> torch.Tensor:
     """Relabel cluster ids to 0..K-1 in order of first appearance (sample 0 is in cluster 0)."""
-    same = ids[:, None] == ids[None, :]
+    same = same_cluster(ids)
     first_member = same.to(torch.uint8).argmax(dim=1)  # lowest index of each sample's cluster
     is_first = first_member == torch.arange(ids.shape[0], device=ids.device)
     return (is_first.cumsum(0) - 1).gather(0, first_member)

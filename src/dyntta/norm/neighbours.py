@@ -13,19 +13,23 @@ import torch
 from dyntta.norm.lisc import unit_rows
 
 
-def nearest_neighbours(queries: torch.Tensor, pool: torch.Tensor, n: int) -> torch.Tensor:
-    """Indices into ``pool`` of each query's ``min(n, P)`` most cosine-similar rows.
+def nearest_neighbours(pool: torch.Tensor, n: int, queries: int) -> torch.Tensor:
+    """Indices into ``pool`` of the ``min(n, P)`` rows most cosine-similar to each of its last
+    ``queries`` rows (the batch, after the window).
 
-    A query that is itself a row of ``pool`` finds itself first (similarity 1), unless it is a
-    zero row or an exact duplicate of another.
+    Each query finds itself first (similarity 1), unless it is a zero row or an exact duplicate
+    of another.
 
     Args:
-        queries: (B, D); pool: (P, D); n >= 1.
+        pool: (P, D); n >= 1; 1 <= queries <= P.
 
     Returns:
-        (B, min(n, P)) int64, most similar first.
+        (queries, min(n, P)) int64, most similar first.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    similarity = unit_rows(queries) @ unit_rows(pool).T
+    if not 1 <= queries <= pool.shape[0]:
+        raise ValueError(f"queries must be in 1..{pool.shape[0]} (the pool's rows), got {queries}")
+    unit = unit_rows(pool)
+    similarity = unit[-queries:] @ unit.T
     return similarity.topk(min(n, pool.shape[0]), dim=1).indices

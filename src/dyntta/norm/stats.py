@@ -10,6 +10,8 @@ import math
 
 import torch
 
+from dyntta.norm.lisc import same_cluster
+
 
 def instance_stats(x: torch.Tensor, unbiased: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Channel mean and variance of every sample over its spatial positions.
@@ -69,7 +71,7 @@ def cluster_stats(
     Returns:
         ``(mu, s2)``, each (B, C): row i holds the statistics of sample i's cluster.
     """
-    same = (labels[:, None] == labels[None, :]).to(mean.dtype)
+    same = same_cluster(labels).to(mean.dtype)
     average = same / same.sum(1, keepdim=True)
     cluster_mean = average @ mean
     return cluster_mean, average @ (var + (mean - cluster_mean).square())
