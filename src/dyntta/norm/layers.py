@@ -321,7 +321,7 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         if self.neighbours:
             index = nearest_neighbours(all_mu.detach(), self.neighbours, b)
             cluster_mean, cluster_var = neighbourhood_stats(all_mu, all_s2, index)
-            a = self.weight_of_source(mu, cluster_mean, index.shape[1])
+            a = self.weight_of_source(mu.detach(), cluster_mean.detach(), index.shape[1])
         else:
             labels = self.labels(all_mu.detach())
             self.last_labels = labels[-b:]
