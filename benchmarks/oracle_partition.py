@@ -88,6 +88,7 @@ def oracle_model(model, domains: TrueDomains, **options):
 
 def deep_oracle_model(model, domains: TrueDomainMatch):
     adapter = dyntta.adapt(model, "dyn_adaptive", **DEEP)
+    # the observing layer stays: its observe() starts each batch's decisions afresh
     for layer in adapter.modules():
         if isinstance(layer, ClusterAwareBatchNorm2d):
             layer.signature = domains if layer.signature is not None else None
