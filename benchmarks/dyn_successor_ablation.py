@@ -29,7 +29,8 @@ from dyntta.bench.sources import SourceOptions, resolve_source
 from dyntta.bench.stats import difference_interval
 
 DYN_OPTIONS = {"merge_levels": 0, "neighbours": 0, "source_weight": "fixed",
-               "prior_strength": 16.0, "instance_k": None, "cluster_fraction": 1.0,
+               "prior_strength": 16.0, "instance_k": None, "instance_spread": None,
+               "cluster_fraction": 1.0,
                "deep_source_weight": "same", "instance_layers": "all", "window": 0,
                "deep_window": None, "deep_match": None, "top_up": False}
 """dyn_adaptive with these options is dyn; every variant states all of them (its label means the
@@ -106,6 +107,12 @@ SWEEPS.update({  # each other constant of dyn_adaptive's defaults, the rest at t
     # the deep window kept to the samples that match the current pool (quantile q, in percent)
     **{f"nb8-deepwin{w}-match{q}": {**ADAPTIVE, "deep_window": w, "deep_match": q / 100}
        for w in (256, 512) for q in (0, 10, 25, 50)},
+    # the instance rule's band widened to c standard deviations of the observed instance means
+    **{f"nb8-k{k}-spread{c}": {**ADAPTIVE, "instance_k": float(k), "instance_spread": c}
+       for k in (4, 6, 8, 16) for c in (1.5, 2, 2.5, 3, 4)},
+    **{f"nb8-deepwin256{m}-k8-spread2.5": {**ADAPTIVE, "deep_window": 256, "deep_match": q,
+                                           "instance_k": 8.0, "instance_spread": 2.5}
+       for m, q in (("", None), ("-match10", 0.1))},
 })
 VARIANTS.update(SWEEPS)
 

@@ -47,6 +47,10 @@ def test_instance_layers_picks_the_layers_with_the_instance_rule(where):
                           instance_layers=where)
     rules = {(layer.cluster, layer.instance_k) for layer in cabn_layers(method)}
     assert rules == {(True, 3.0), (False, 3.0 if where == "all" else None)}
+    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=0.5, instance_k=3.0,
+                          instance_spread=2.0, instance_layers=where)
+    rules = {(layer.cluster, layer.instance_spread) for layer in cabn_layers(method)}
+    assert rules == {(True, 2.0), (False, 2.0 if where == "all" else None)}
 
 
 @pytest.mark.parametrize("deep_window, expected", [(None, 6), (0, 0), (20, 20)])

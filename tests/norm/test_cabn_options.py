@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from dyntta.norm import AlphaBatchNorm2d, ClusterAwareBatchNorm2d, lisc
 from dyntta.norm.finch import next_level
 from dyntta.norm.mixing import shift_weight, size_weight
-from dyntta.norm.stats import instance_stats
+from dyntta.norm.stats import instance_stats, spread_ratio
 from tests.norm.test_layers import mixed_batch, source_bn
 
 
@@ -149,6 +149,62 @@ def test_instance_k_equals_iabn_formula_around_the_cluster_statistics():
     torch.testing.assert_close(got[1], var)
 
 
+def iabn_reference(mu, s2, ref_mean, ref_var, length, k, eps):
+    """IABN's rule written out: soft-shrink by k standard errors of the reference."""
+    sd = (ref_var + eps).sqrt()
+    d_mu, d_var = mu - ref_mean, s2 - ref_var
+    t_mu, t_var = k * sd / length**0.5, k * sd**2 * (2 / (length - 1)) ** 0.5
+    mean = ref_mean + torch.sign(d_mu) * (d_mu.abs() - t_mu).clamp_min(0)
+    return mean, (ref_var + torch.sign(d_var) * (d_var.abs() - t_var).clamp_min(0)).clamp_min(0)
+
+
+@pytest.mark.parametrize("grouping", [{}, {"neighbours": 4}, {"cluster": False}])
+@pytest.mark.parametrize("c", [0.5, 3.0])
+def test_instance_spread_widens_the_band_to_c_observed_deviations(grouping, c):
+    bn = source_bn().double()
+    x = mixed_batch(b=10)
+    k, length, eps = 2.0, x.shape[2] * x.shape[3], bn.eps
+    mu, s2 = x.mean((2, 3)), x.var((2, 3))
+    layer = ClusterAwareBatchNorm2d(bn, instance_k=k, instance_spread=c, **grouping).double()
+    got = layer.statistics(x)
+    plain = ClusterAwareBatchNorm2d(bn, **grouping).double()
+    ref_mean, ref_var = plain.statistics(x)
+    # each sample's group, written out: its cluster, its 4 most similar samples, or the batch
+    if grouping.get("neighbours"):
+        unit = mu / mu.norm(dim=1, keepdim=True)
+        groups = [(unit @ unit[i]).argsort(descending=True)[:4] for i in range(10)]
+    else:
+        labels = plain.last_labels
+        groups = [torch.nonzero(labels == labels[i]).flatten() for i in range(10)]
+    spread = torch.stack([mu[g].var(0, unbiased=False) for g in groups])  # (B, C)
+    se2 = (s2 + eps) / length
+    rho = torch.tensor([spread[:, ch].mean() / se2[:, ch].mean() for ch in range(6)]).median()
+    band = max(k, c * float(rho.sqrt()))
+    mean, var = iabn_reference(mu, s2, ref_mean, ref_var, length, band, eps)
+    torch.testing.assert_close(got[0], mean)
+    torch.testing.assert_close(got[1], var)
+
+
+def test_instance_spread_zero_is_the_plain_instance_rule_and_large_c_keeps_the_groups():
+    bn = source_bn().double()
+    x = mixed_batch(b=12)
+    plain = ClusterAwareBatchNorm2d(bn, instance_k=1.5).double()
+    assert torch.equal(ClusterAwareBatchNorm2d(bn, instance_k=1.5, instance_spread=0.0)
+                       .double()(x), plain(x))
+    groups = ClusterAwareBatchNorm2d(bn, cluster=False).double()
+    wide = ClusterAwareBatchNorm2d(bn, cluster=False, instance_k=0.0, instance_spread=1e9)
+    torch.testing.assert_close(wide.double()(x), groups(x))
+
+
+def test_spread_ratio_is_one_for_independent_positions():
+    """White noise: instance means of one domain vary by exactly their standard error."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4000, 3, 8, 8, generator=g, dtype=torch.float64)
+    mu, s2 = x.mean((2, 3)), x.var((2, 3))
+    spread = (mu - mu.mean(0)).square()
+    assert abs(float(spread_ratio(spread, s2, 64, 0.0)) - 1.0) < 0.06
+
+
 @pytest.mark.parametrize("source_weight", ["fixed", "size", "shift"])
 def test_window_equals_clustering_the_concatenated_samples(source_weight):
     bn = source_bn().double()
@@ -191,10 +247,12 @@ def test_top_up_window_supplies_only_the_missing_samples():
         {"source_weight": "adaptive"},
         {"prior_strength": 0.0},
         {"instance_k": -1.0},
+        {"instance_spread": 2.0},
+        {"instance_k": 8.0, "instance_spread": -1.0},
         {"window": -2},
     ],
 )
 def test_bad_options_are_named(option):
-    name = next(iter(option))
+    name = list(option)[-1]
     with pytest.raises(ValueError, match=name):
         ClusterAwareBatchNorm2d(source_bn(), **option)

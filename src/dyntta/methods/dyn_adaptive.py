@@ -56,6 +56,10 @@ class DYNAdaptiveConfig:
         rule lifts the digits by 5-7 points, but with the window it costs CIFAR single-domain
         batches about 2.6 points at NOTE's tighter widths (k = 8; its standard errors assume
         independent positions, so on natural images it fires on content, not only on shift).
+    instance_spread: None (off) or c >= 0: widen the instance rule's band to ``max(instance_k,
+        c * sqrt(rho))`` standard errors per layer and batch, rho the spread of instance means
+        inside each sample's neighbourhood or cluster in units of the squared standard error
+        (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`).
     instance_layers: which layers apply the instance-aware rule: ``"all"`` or ``"clustered"``
         (only the layers that cluster).
     cluster_fraction: the first ``round(f * L)`` of the L BN layers (network order) cluster; the
@@ -92,6 +96,7 @@ class DYNAdaptiveConfig:
     source_weight: Literal["fixed", "size", "shift"] = "size"
     prior_strength: float = 16.0
     instance_k: float | None = 16.0
+    instance_spread: float | None = None
     instance_layers: Literal["all", "clustered"] = "all"
     cluster_fraction: float = 0.5
     deep_source_weight: Literal["same", "fixed", "size", "shift"] = "fixed"
@@ -118,7 +123,7 @@ class DYNAdaptiveConfig:
             nn.BatchNorm2d(1), self.alpha, self.mix, self.unbiased,
             merge_levels=self.merge_levels, source_weight=self.source_weight,
             prior_strength=self.prior_strength, instance_k=self.instance_k,
-            neighbours=self.neighbours, window=self.window,
+            instance_spread=self.instance_spread, neighbours=self.neighbours, window=self.window,
         )
 
 
@@ -156,10 +161,11 @@ class DYNAdaptive(NormalizationMethod):
         cluster = self._built < self._clustered
         weight = c.source_weight if cluster or c.deep_source_weight == "same" \
             else c.deep_source_weight
+        instance = cluster or c.instance_layers == "all"
         layer = ClusterAwareBatchNorm2d(
             bn, c.alpha, c.mix, c.unbiased, merge_levels=c.merge_levels, source_weight=weight,
-            prior_strength=c.prior_strength,
-            instance_k=c.instance_k if cluster or c.instance_layers == "all" else None,
+            prior_strength=c.prior_strength, instance_k=c.instance_k if instance else None,
+            instance_spread=c.instance_spread if instance else None,
             cluster=cluster, neighbours=c.neighbours if cluster else 0,
             window=c.window if cluster else self._deep_window,
             top_up=c.top_up,

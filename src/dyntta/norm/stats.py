@@ -98,6 +98,28 @@ def neighbourhood_stats(
     return centre, (var[index] + (members - centre[:, None]).square()).mean(1)
 
 
+def spread_ratio(
+    spread: torch.Tensor, var: torch.Tensor, length: int, eps: float
+) -> torch.Tensor:
+    """How much instance means vary, in units of the squared standard error IABN assumes.
+
+    ``rho = median_c (sum_i spread_ic / sum_i (var_ic + eps) / L)``: per channel, the mean of
+    the samples' ``spread`` (e.g. the variance of instance means inside each sample's cluster)
+    over the mean of their squared standard errors ``(var + eps) / L``, which hold for
+    independent positions; the median over channels makes it one number per layer. Near 1
+    where positions are independent and samples alike; large where neighbouring positions are
+    correlated (the "design effect" of a feature map) or samples differ in content.
+
+    Args:
+        spread: (B, C) squared spread of the instance means around each sample's group.
+        var: (B, C) instance variances over ``length = H*W`` positions.
+
+    Returns:
+        A 0-d tensor (no host round trip).
+    """
+    return (spread.sum(0) / ((var + eps).sum(0) / length)).median()
+
+
 def soft_shrink(d: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
     """``sign(d) * max(|d| - threshold, 0)`` element-wise; ``threshold`` >= 0 broadcasts."""
     return d - torch.minimum(torch.maximum(d, -threshold), threshold)
@@ -109,7 +131,7 @@ def shrink_to_reference(
     ref_mean: torch.Tensor,
     ref_var: torch.Tensor,
     length: int,
-    k: float,
+    k: float | torch.Tensor,
     eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """NOTE's instance-aware rule (IABN, Gong et al., NeurIPS 2022, Sec. 3.1; the released
@@ -122,7 +144,7 @@ def shrink_to_reference(
     Args:
         mean, var: (B, C) instance mean and unbiased variance over ``length = H*W`` > 1 positions.
         ref_mean, ref_var: (C,) or (B, C) reference statistics.
-        k: shrink width in standard errors (>= 0).
+        k: shrink width in standard errors (>= 0; a float or a 0-d tensor).
         eps: the BN layer's epsilon.
 
     Returns:
