@@ -93,10 +93,13 @@ def test_window_lets_one_sample_batches_use_past_samples():
     "option", [{"cluster_fraction": 1.5}, {"instance_k": -1.0}, {"window": -1},
                {"source_weight": "both"}, {"merge_levels": -1},
                {"deep_source_weight": "deep"}, {"instance_layers": "deep"}, {"neighbours": -1},
-               {"deep_window": -1}]
+               {"deep_window": -1}, {"deep_balance": 0},
+               {"deep_balance": 4, "deep_match": 0.1}, {"deep_balance": 4, "cluster_fraction": 1.0},
+               {"deep_balance": 4, "deep_window": 0}]
 )
 def test_bad_options_are_named(option):
-    with pytest.raises(ValueError, match=next(iter(option))):
+    with pytest.raises(ValueError, match="deep_balance" if "deep_balance" in option
+                       else next(iter(option))):
         dyntta.adapt(tiny_resnet(), "dyn_adaptive", **option)
 
 
@@ -138,3 +141,24 @@ def test_deep_match_needs_a_clustering_layer():
         dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=0.0, deep_match=0.1)
     with pytest.raises(ValueError, match="deep_match"):
         dyntta.adapt(tiny_resnet(), "dyn_adaptive", deep_match=1.5)
+
+
+def test_deep_balance_records_the_predictions_and_keeps_every_class_it_can():
+    model, x = tiny_resnet(), random_images(12, seed=4)
+    options = {"cluster_fraction": 0.5, "window": 4, "deep_window": 12}
+    balanced = dyntta.adapt(model, "dyn_adaptive", deep_balance=100, **options)
+    plain = dyntta.adapt(model, "dyn_adaptive", **options)
+    filters = {id(layer.match) for layer in cabn_layers(balanced) if not layer.cluster}
+    assert len(filters) == 1 and None not in filters
+    balance = next(layer.match for layer in cabn_layers(balanced) if not layer.cluster)
+    with torch.no_grad():
+        for i in range(0, 12, 3):  # at most 100 per class: every remembered sample stays
+            logits = balanced(x[i : i + 3])
+            assert torch.equal(logits, plain(x[i : i + 3]))
+        assert torch.equal(balance.classes[-3:], logits.argmax(1))
+        balanced.reset()
+        assert balance.classes is None
+        one = dyntta.adapt(model, "dyn_adaptive", deep_balance=1, **options)
+        for i in range(0, 12, 3):
+            one(x[i : i + 3])
+        assert not torch.allclose(one(x[:3]), plain(x[:3]))

@@ -31,12 +31,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+import torch
 from torch import nn
 
 from dyntta.methods.base import check_unit_interval
 from dyntta.methods.normalization import NormalizationMethod
 from dyntta.methods.registry import register
-from dyntta.norm import ClusterAwareBatchNorm2d, WindowMatch
+from dyntta.norm import ClassBalance, ClusterAwareBatchNorm2d, WindowMatch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +85,10 @@ class DYNAdaptiveConfig:
         domain: Wild +1.4 to +4.3, elsewhere 0.0 to -0.6; with 100-row domains single-domain
         batches -0.8 to -1.2 on CIFAR; BENCHMARKS.md, "A long deep window kept to the current
         domain").
+    deep_balance: None (default) or n >= 1: the layers that do not cluster keep, of their
+        remembered samples, only the n most recent of each class the model predicted
+        (:class:`~dyntta.norm.ClassBalance`; NOTE's answer to label shift, a memory balanced over
+        predicted classes). Needs a ``deep_window``; not with ``deep_match``.
     top_up: the window only tops a batch of B samples up to ``window`` samples (it supplies
         ``max(0, window - B)``), so batches of ``window`` or more are unchanged by it.
     """
@@ -103,6 +108,7 @@ class DYNAdaptiveConfig:
     window: int = 64
     deep_window: int | None = None
     deep_match: float | None = None
+    deep_balance: int | None = None
     top_up: bool = True
 
     def __post_init__(self):
@@ -115,6 +121,13 @@ class DYNAdaptiveConfig:
             raise ValueError(f"deep_window must be None or >= 0 (samples), got {self.deep_window}")
         if self.deep_match is not None:
             check_unit_interval("deep_match", self.deep_match)
+        if self.deep_balance is not None:
+            if self.deep_balance < 1:
+                raise ValueError(f"deep_balance must be None or >= 1 (samples per class), "
+                                 f"got {self.deep_balance}")
+            if self.deep_match is not None:
+                raise ValueError("deep_balance and deep_match both choose the deep window's "
+                                 "samples: set one of them")
         if self.deep_source_weight not in ("same", "fixed", "size", "shift"):
             raise ValueError("deep_source_weight must be 'same', 'fixed', 'size' or 'shift', "
                              f"got {self.deep_source_weight!r}")
@@ -146,14 +159,24 @@ class DYNAdaptive(NormalizationMethod):
         self._clustered = round(c.cluster_fraction * n_layers)
         self._built = 0
         self._deep_window = c.window if c.deep_window is None else c.deep_window
-        self._match = None
+        self._signature = self._filter = None
+        if c.deep_match is not None or c.deep_balance is not None:
+            what = "deep_match" if c.deep_match is not None else "deep_balance"
+            if self._clustered == n_layers:
+                raise ValueError(f"{what} filters the window of the layers that do not cluster, "
+                                 f"but cluster_fraction={c.cluster_fraction} clusters all "
+                                 f"{n_layers} BN layers")
+            if not self._deep_window:
+                raise ValueError(f"{what} filters the deep window, but it is 0")
         if c.deep_match is not None:
             if not self._clustered:
                 raise ValueError("deep_match judges samples at the last clustering layer, but "
                                  f"cluster_fraction={c.cluster_fraction} clusters none of the "
                                  f"{n_layers} BN layers")
-            self._match = WindowMatch(self._deep_window, c.window if c.top_up else 0,
-                                      c.deep_match)
+            self._signature = self._filter = WindowMatch(
+                self._deep_window, c.window if c.top_up else 0, c.deep_match)
+        elif c.deep_balance is not None:
+            self._filter = ClassBalance(self._deep_window, c.deep_balance)
         return super().prepare(model)
 
     def make_layer(self, bn):
@@ -169,13 +192,22 @@ class DYNAdaptive(NormalizationMethod):
             cluster=cluster, neighbours=c.neighbours if cluster else 0,
             window=c.window if cluster else self._deep_window,
             top_up=c.top_up,
-            signature=self._match if self._built == self._clustered - 1 else None,
-            match=None if cluster else self._match,
+            signature=self._signature if self._built == self._clustered - 1 else None,
+            match=None if cluster else self._filter,
         )
         self._built += 1
         return layer
+
+    @torch.no_grad()
+    def step(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.model(x)
+        if isinstance(self._filter, ClassBalance):
+            self._filter.record(logits.argmax(1))
+        return logits
 
     def on_reset(self) -> None:
         for m in self.modules():
             if isinstance(m, ClusterAwareBatchNorm2d):
                 m.reset_window()
+        if isinstance(self._filter, ClassBalance):
+            self._filter.reset()

@@ -1,5 +1,6 @@
 """Backward-free normalisation layers and the statistics they share. Pure tensor code."""
 
+from dyntta.norm.class_balance import ClassBalance
 from dyntta.norm.convert import replace_batchnorm
 from dyntta.norm.iabn import InstanceAwareBatchNorm2d
 from dyntta.norm.layers import (
@@ -19,6 +20,7 @@ from dyntta.norm.window_match import WindowMatch
 
 __all__ = [
     "AlphaBatchNorm2d",
+    "ClassBalance",
     "ClusterAwareBatchNorm2d",
     "InstanceAwareBatchNorm2d",
     "RobustBatchNorm2d",

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from dyntta.norm.class_balance import ClassBalance
 from dyntta.norm.finch import next_level
 from dyntta.norm.lisc import lisc, same_cluster
 from dyntta.norm.mixing import shift_weight, size_weight
@@ -214,7 +215,9 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             instance means into, every forward (a layer that separates domains).
         match: a :class:`~dyntta.norm.window_match.WindowMatch` (written by an earlier layer)
             that decides which window samples this layer keeps: those that look like the
-            current pool there. Lets a long window span one domain, not the last few.
+            current pool there. Lets a long window span one domain, not the last few. Or a
+            :class:`~dyntta.norm.class_balance.ClassBalance`: the most recent samples of each
+            predicted class, against label shift.
 
     After each forward, ``last_labels`` holds the (B,) cluster labels of that batch (with the
     default LISC, ids in 0..B-1 that are equal exactly within a cluster; with a window, ids over
@@ -238,7 +241,7 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         window: int = 0,
         top_up: bool = False,
         signature: WindowMatch | None = None,
-        match: WindowMatch | None = None,
+        match: WindowMatch | ClassBalance | None = None,
     ) -> None:
         super().__init__(bn)
         if mix not in ("var", "std"):

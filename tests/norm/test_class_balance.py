@@ -1,0 +1,54 @@
+"""The class-balanced window filter (beyond the paper, issue 12): its choice against a direct
+reading of the rule, its memory, and its effect inside a layer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dyntta.norm import ClassBalance, ClusterAwareBatchNorm2d
+from tests.norm.bn_helpers import random_bn
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=6), min_size=1, max_size=6),
+       st.integers(1, 5), st.integers(0, 40))
+def test_keep_is_the_most_recent_per_class_of_each_class(batches, per_class, memory):
+    balance = ClassBalance(memory, per_class)
+    for batch in batches:
+        balance.record(torch.tensor(batch))
+    seen = [c for batch in batches for c in batch][-memory:] if memory else []
+    for n_window in range(len(seen) + 1):
+        rows = seen[len(seen) - n_window :]
+        expected = [rows[i:].count(rows[i]) <= per_class for i in range(n_window)]
+        assert balance.keep(n_window, 4).tolist() == expected
+
+
+def test_keep_needs_the_classes_of_every_remembered_sample_and_bad_sizes_are_named():
+    balance = ClassBalance(8, 2)
+    with pytest.raises(RuntimeError, match="record"):
+        balance.keep(2, 2)
+    balance.record(torch.tensor([1, 2]))
+    with pytest.raises(RuntimeError, match="record"):
+        balance.keep(3, 2)
+    balance.reset()
+    assert balance.classes is None
+    with pytest.raises(ValueError, match="per_class"):
+        ClassBalance(8, 0)
+    with pytest.raises(ValueError, match="memory"):
+        ClassBalance(-1, 2)
+
+
+def test_a_deep_layer_keeps_the_most_recent_sample_of_each_class_only():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(9, 3, 4, 4, generator=g, dtype=torch.float64)
+    balance = ClassBalance(memory=6, per_class=1)
+    deep = ClusterAwareBatchNorm2d(random_bn(3).double(), cluster=False, window=6, match=balance)
+    for batch, classes in ((x[:3], [0, 0, 1]), (x[3:6], [1, 0, 2])):
+        deep(batch)
+        balance.record(torch.tensor(classes))
+    # remembered x[0..5] of classes 0 0 1 1 0 2: kept x[3] (1), x[4] (0), x[5] (2)
+    alone = ClusterAwareBatchNorm2d(random_bn(3).double(), cluster=False)
+    torch.testing.assert_close(deep(x[6:]), alone(x[3:])[3:])
