@@ -94,7 +94,7 @@ def test_window_lets_one_sample_batches_use_past_samples():
                {"source_weight": "both"}, {"merge_levels": -1},
                {"deep_source_weight": "deep"}, {"instance_layers": "deep"}, {"neighbours": -1},
                {"deep_window": -1}, {"deep_balance": 0},
-               {"deep_balance": 4, "deep_match": 0.1}, {"deep_balance": 4, "cluster_fraction": 1.0},
+               {"deep_balance": 4, "cluster_fraction": 1.0},
                {"deep_balance": 4, "deep_window": 0}]
 )
 def test_bad_options_are_named(option):

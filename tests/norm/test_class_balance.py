@@ -12,17 +12,30 @@ from dyntta.norm import ClassBalance, ClusterAwareBatchNorm2d
 from tests.norm.bn_helpers import random_bn
 
 
+class Fixed:
+    """A stand-in for WindowMatch: keeps the rows its mask names (the last ``n_window``)."""
+
+    def __init__(self, mask):
+        self.mask = mask
+
+    def keep(self, n_window, batch_size):
+        return torch.tensor(self.mask[len(self.mask) - n_window :], dtype=torch.bool)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=6), min_size=1, max_size=6),
-       st.integers(1, 5), st.integers(0, 40))
-def test_keep_is_the_most_recent_per_class_of_each_class(batches, per_class, memory):
-    balance = ClassBalance(memory, per_class)
+       st.integers(1, 5), st.integers(0, 40), st.none() | st.integers(0, 2**36))
+def test_keep_is_the_most_recent_per_class_of_each_class(batches, per_class, memory, bits):
+    seen = [c for batch in batches for c in batch][-memory:] if memory else []
+    mask = [bool(bits >> i & 1) for i in range(len(seen))] if bits is not None else None
+    balance = ClassBalance(memory, per_class, None if mask is None else Fixed(mask))
     for batch in batches:
         balance.record(torch.tensor(batch))
-    seen = [c for batch in batches for c in batch][-memory:] if memory else []
     for n_window in range(len(seen) + 1):
         rows = seen[len(seen) - n_window :]
-        expected = [rows[i:].count(rows[i]) <= per_class for i in range(n_window)]
+        allowed = [True] * n_window if mask is None else mask[len(mask) - n_window :]
+        expected = [allowed[i] and [r for r, a in zip(rows[i:], allowed[i:]) if a]
+                    .count(rows[i]) <= per_class for i in range(n_window)]
         assert balance.keep(n_window, 4).tolist() == expected
 
 

@@ -88,7 +88,8 @@ class DYNAdaptiveConfig:
     deep_balance: None (default) or n >= 1: the layers that do not cluster keep, of their
         remembered samples, only the n most recent of each class the model predicted
         (:class:`~dyntta.norm.ClassBalance`; NOTE's answer to label shift, a memory balanced over
-        predicted classes). Needs a ``deep_window``; not with ``deep_match``.
+        predicted classes). Needs a ``deep_window``; with ``deep_match``, the balance is taken
+        among the samples that match the current pool.
     top_up: the window only tops a batch of B samples up to ``window`` samples (it supplies
         ``max(0, window - B)``), so batches of ``window`` or more are unchanged by it.
     """
@@ -125,9 +126,6 @@ class DYNAdaptiveConfig:
             if self.deep_balance < 1:
                 raise ValueError(f"deep_balance must be None or >= 1 (samples per class), "
                                  f"got {self.deep_balance}")
-            if self.deep_match is not None:
-                raise ValueError("deep_balance and deep_match both choose the deep window's "
-                                 "samples: set one of them")
         if self.deep_source_weight not in ("same", "fixed", "size", "shift"):
             raise ValueError("deep_source_weight must be 'same', 'fixed', 'size' or 'shift', "
                              f"got {self.deep_source_weight!r}")
@@ -175,8 +173,8 @@ class DYNAdaptive(NormalizationMethod):
                                  f"{n_layers} BN layers")
             self._signature = self._filter = WindowMatch(
                 self._deep_window, c.window if c.top_up else 0, c.deep_match)
-        elif c.deep_balance is not None:
-            self._filter = ClassBalance(self._deep_window, c.deep_balance)
+        if c.deep_balance is not None:
+            self._filter = ClassBalance(self._deep_window, c.deep_balance, self._signature)
         return super().prepare(model)
 
     def make_layer(self, bn):

@@ -12,11 +12,15 @@ random: the same stream always gives the same statistics.
 The method records the predicted classes after every forward (:meth:`ClassBalance.record`); the
 layers ask, during the next forward, which of their remembered samples to keep
 (:meth:`ClassBalance.keep`, the interface of :class:`~dyntta.norm.window_match.WindowMatch`).
+Given a ``WindowMatch`` (``within``), the balance is taken among the samples it keeps: the most
+recent of each class among those that look like the current domain.
 """
 
 from __future__ import annotations
 
 import torch
+
+from dyntta.norm.window_match import WindowMatch
 
 
 class ClassBalance:
@@ -25,15 +29,17 @@ class ClassBalance:
     Args:
         memory: how many past samples' classes to keep (at least the longest window that asks).
         per_class: how many of the most recent samples of each predicted class to keep (>= 1).
+        within: None, or a filter whose kept samples the balance chooses from.
     """
 
-    def __init__(self, memory: int, per_class: int) -> None:
+    def __init__(self, memory: int, per_class: int, within: WindowMatch | None = None) -> None:
         if memory < 0:
             raise ValueError(f"memory must be >= 0 (samples), got {memory}")
         if per_class < 1:
             raise ValueError(f"per_class must be >= 1 (samples), got {per_class}")
         self.memory = memory
         self.per_class = per_class
+        self.within = within
         self.reset()
 
     def reset(self) -> None:
@@ -50,13 +56,17 @@ class ClassBalance:
     def keep(self, n_window: int, batch_size: int) -> torch.Tensor:
         """(n_window,) bool: which of a layer's last ``n_window`` remembered samples (oldest
         first; the current batch of ``batch_size`` is not among them) to keep: the
-        ``per_class`` most recent of each predicted class."""
+        ``per_class`` most recent of each predicted class (among those ``within`` keeps)."""
         if self.classes is None or self.classes.shape[0] < n_window:
             raise RuntimeError("ClassBalance.keep needs the predicted classes of every remembered "
                                "sample: record() must follow each forward")
         classes = self.classes[self.classes.shape[0] - n_window :]
+        if self.within is not None:
+            kept = self.within.keep(n_window, batch_size)
+        else:
+            kept = torch.ones(n_window, dtype=torch.bool, device=classes.device)
         if n_window == 0:
-            return torch.ones(0, dtype=torch.bool, device=classes.device)
-        one_hot = torch.nn.functional.one_hot(classes)  # (n, K)
-        later = one_hot.flip(0).cumsum(0).flip(0)  # same-class samples at or after each row
-        return (later * one_hot).sum(1) <= self.per_class
+            return kept
+        one_hot = torch.nn.functional.one_hot(classes) * kept[:, None]  # (n, K)
+        later = one_hot.flip(0).cumsum(0).flip(0)  # kept same-class samples at or after a row
+        return kept & ((later * one_hot).sum(1) <= self.per_class)
