@@ -32,7 +32,8 @@ DYN_OPTIONS = {"merge_levels": 0, "neighbours": 0, "source_weight": "fixed",
                "prior_strength": 16.0, "instance_k": None, "instance_spread": None,
                "cluster_fraction": 1.0,
                "deep_source_weight": "same", "instance_layers": "all", "window": 0,
-               "deep_window": None, "deep_match": None, "top_up": False}
+               "deep_window": None, "deep_match": None, "deep_balance": None,
+               "top_up": False}
 """dyn_adaptive with these options is dyn; every variant states all of them (its label means the
 same whatever dyn_adaptive's defaults are)."""
 
@@ -113,6 +114,14 @@ SWEEPS.update({  # each other constant of dyn_adaptive's defaults, the rest at t
     **{f"nb8-deepwin256{m}-k8-spread2.5": {**ADAPTIVE, "deep_window": 256, "deep_match": q,
                                            "instance_k": 8.0, "instance_spread": 2.5}
        for m, q in (("", None), ("-match10", 0.1))},
+    # the deep window kept class-balanced by the predictions (n per class), after the match
+    **{f"nb8-k8-spread{c}-deep{w}-match10-bal{n}": {
+        **ADAPTIVE, "instance_k": 8.0, "instance_spread": c, "deep_window": w,
+        "deep_match": 0.1, "deep_balance": n}
+       for c in (2.5, 3) for w in (256, 512, 1024) for n in (8, 16, 32, 64)},
+    **{f"nb8-k8-spread2.5-deep{w}-bal{n}": {
+        **ADAPTIVE, "instance_k": 8.0, "instance_spread": 2.5, "deep_window": w,
+        "deep_balance": n} for w in (512, 1024) for n in (16, 32, 64)},
 })
 VARIANTS.update(SWEEPS)
 

@@ -93,13 +93,10 @@ def test_window_lets_one_sample_batches_use_past_samples():
     "option", [{"cluster_fraction": 1.5}, {"instance_k": -1.0}, {"window": -1},
                {"source_weight": "both"}, {"merge_levels": -1},
                {"deep_source_weight": "deep"}, {"instance_layers": "deep"}, {"neighbours": -1},
-               {"deep_window": -1}, {"deep_balance": 0},
-               {"deep_balance": 4, "cluster_fraction": 1.0},
-               {"deep_balance": 4, "deep_window": 0}]
+               {"deep_window": -1}, {"deep_balance": 0}]
 )
 def test_bad_options_are_named(option):
-    with pytest.raises(ValueError, match="deep_balance" if "deep_balance" in option
-                       else next(iter(option))):
+    with pytest.raises(ValueError, match=next(iter(option))):
         dyntta.adapt(tiny_resnet(), "dyn_adaptive", **option)
 
 

@@ -158,19 +158,11 @@ class DYNAdaptive(NormalizationMethod):
         self._built = 0
         self._deep_window = c.window if c.deep_window is None else c.deep_window
         self._signature = self._filter = None
-        if c.deep_match is not None or c.deep_balance is not None:
-            what = "deep_match" if c.deep_match is not None else "deep_balance"
-            if self._clustered == n_layers:
-                raise ValueError(f"{what} filters the window of the layers that do not cluster, "
-                                 f"but cluster_fraction={c.cluster_fraction} clusters all "
-                                 f"{n_layers} BN layers")
-            if not self._deep_window:
-                raise ValueError(f"{what} filters the deep window, but it is 0")
         if c.deep_match is not None:
             if not self._clustered:
                 raise ValueError("deep_match judges samples at the last clustering layer, but "
                                  f"cluster_fraction={c.cluster_fraction} clusters none of the "
-                                 f"{n_layers} BN layers")
+                                 f"{n_layers} BN layers: set deep_match=None")
             self._signature = self._filter = WindowMatch(
                 self._deep_window, c.window if c.top_up else 0, c.deep_match)
         if c.deep_balance is not None:
