@@ -20,9 +20,8 @@ import dyntta
 from dyntta.models import Normalized, build
 
 METHODS = {name: (name, {}) for name in ("source", "tbn", "alpha_bn", "dyn", "dyn_adaptive", "datta")}
-# an option off by default, at its largest cost: a repeated batch fills the deep window with
-# copies of itself, which the match all keeps
-METHODS["dyn_adaptive deep_match"] = ("dyn_adaptive", {"deep_window": 256, "deep_match": 0.1})
+# dyn_adaptive's deep window at its largest cost: a repeated batch fills it with copies of
+# itself, which the match all keeps (and the balance up to 32 per predicted class)
 
 
 def time_methods(arch: str, batch: int, repeats: int, warmup: int, clock) -> dict[str, float]:

@@ -26,7 +26,8 @@ def test_with_dyns_options_it_is_dyn_bit_for_bit():
 
 @pytest.mark.parametrize("fraction", [0.0, 0.3, 0.5, 1.0])
 def test_cluster_fraction_clusters_the_first_layers_only(fraction):
-    layers = cabn_layers(dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=fraction))
+    layers = cabn_layers(dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=fraction,
+                                      deep_match=None if fraction == 0.0 else 0.1))
     n = round(fraction * len(layers))
     assert [layer.cluster for layer in layers] == [True] * n + [False] * (len(layers) - n)
 
@@ -69,7 +70,7 @@ def test_deep_window_sets_the_window_of_the_layers_that_do_not_cluster(deep_wind
 
 
 def test_window_state_is_cleared_by_reset():
-    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", window=6)
+    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", window=6, deep_window=None)
     stream = [random_images(b, seed=b) for b in (1, 3, 4)]
     first = [method(x) for x in stream]
     assert all(layer.window_mean.shape[0] == 6 for layer in cabn_layers(method))
@@ -110,17 +111,20 @@ def test_neighbourhoods_replace_clusters_in_the_clustering_layers_only():
 
 
 def test_deep_match_links_the_last_clustering_layer_to_the_deep_ones():
-    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=0.5, deep_window=20,
-                          deep_match=0.1)
-    for adapted in (method, deepcopy(method)):
-        layers = cabn_layers(adapted)
-        n = sum(layer.cluster for layer in layers)
-        match = layers[n - 1].signature
-        assert match is not None and match.memory == 20 and match.pool == 64
-        assert [layer.signature is match for layer in layers] == [i == n - 1 for i in
-                                                                   range(len(layers))]
-        assert [layer.match is match for layer in layers] == [not layer.cluster for layer in
-                                                              layers]
+    for balance in (None, 32):
+        method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=0.5,
+                              deep_window=20, deep_match=0.1, deep_balance=balance)
+        for adapted in (method, deepcopy(method)):
+            layers = cabn_layers(adapted)
+            n = sum(layer.cluster for layer in layers)
+            match = layers[n - 1].signature
+            assert match is not None and match.memory == 20 and match.pool == 64
+            assert [layer.signature is match for layer in layers] == [i == n - 1 for i in
+                                                                       range(len(layers))]
+            deep = layers[-1].match if balance else match  # the balance asks the match first
+            assert balance is None or (deep.within is match and deep.per_class == balance)
+            assert [layer.match is deep for layer in layers] == [not layer.cluster for layer in
+                                                                 layers]
 
 
 def test_deep_match_keeps_a_window_that_repeats_the_batch():

@@ -30,7 +30,7 @@ def test_keep_is_the_most_recent_per_class_of_each_class(batches, per_class, mem
     mask = [bool(bits >> i & 1) for i in range(len(seen))] if bits is not None else None
     balance = ClassBalance(memory, per_class, None if mask is None else Fixed(mask))
     for batch in batches:
-        balance.record(torch.tensor(batch))
+        balance.record(torch.tensor(batch), 6)
     for n_window in range(len(seen) + 1):
         rows = seen[len(seen) - n_window :]
         allowed = [True] * n_window if mask is None else mask[len(mask) - n_window :]
@@ -43,7 +43,7 @@ def test_keep_needs_the_classes_of_every_remembered_sample_and_bad_sizes_are_nam
     balance = ClassBalance(8, 2)
     with pytest.raises(RuntimeError, match="record"):
         balance.keep(2, 2)
-    balance.record(torch.tensor([1, 2]))
+    balance.record(torch.tensor([1, 2]), 3)
     with pytest.raises(RuntimeError, match="record"):
         balance.keep(3, 2)
     balance.reset()
@@ -61,7 +61,7 @@ def test_a_deep_layer_keeps_the_most_recent_sample_of_each_class_only():
     deep = ClusterAwareBatchNorm2d(random_bn(3).double(), cluster=False, window=6, match=balance)
     for batch, classes in ((x[:3], [0, 0, 1]), (x[3:6], [1, 0, 2])):
         deep(batch)
-        balance.record(torch.tensor(classes))
+        balance.record(torch.tensor(classes), 3)
     # remembered x[0..5] of classes 0 0 1 1 0 2: kept x[3] (1), x[4] (0), x[5] (2)
     alone = ClusterAwareBatchNorm2d(random_bn(3).double(), cluster=False)
     torch.testing.assert_close(deep(x[6:]), alone(x[3:])[3:])

@@ -9,13 +9,19 @@ the ablation in BENCHMARKS.md ("DYN successor"):
   and weights the source by that size, ``16 / (16 + 8)`` (Schneider et al.'s prior, NeurIPS
   2020), instead of DYN's fixed 0.8;
 - the other half use the whole batch as one cluster at DYN's fixed source weight 0.8;
-- every layer then applies NOTE's instance-aware rule (k = 16 standard errors) around those
-  statistics;
-- every layer keeps the instance means and variances (no feature maps) of its last 64 samples and
-  tops a batch of B < 64 samples up to 64 with the most recent ``64 - B`` of them (clustered with
-  the batch; batches of 64 or more are unchanged, and so is their cost). The rule keeps the number
-  of samples behind every statistic at or above the DYN paper's batch size (64), where a cluster
-  mean is reliable, whatever the batch size.
+- every layer then applies NOTE's instance-aware rule around those statistics, at k = 8
+  standard errors, widened per layer and batch to 3 standard deviations of the instance means
+  actually observed within each sample's group where those vary more than IABN's standard error
+  assumes (``instance_spread``: correlated positions in natural images);
+- every layer keeps the instance means and variances (no feature maps) of its last samples and
+  tops a batch of B samples up with the most recent of them: to 64 samples in the clustering
+  layers (batches of 64 or more are unchanged there), to 512 in the others, which keep of them
+  only those that look like the current pool at the last clustering layer (``deep_match``) and,
+  of those, the 32 most recent of each class the model predicted (``deep_balance``, NOTE's
+  class-balanced memory). The top-up keeps the number of samples behind every statistic at or
+  above the DYN paper's batch size (64), where a cluster mean is reliable, whatever the batch
+  size; the balance gives the deep layers, whose statistics follow the labels, every class
+  seen lately in about equal parts under label shift.
 
 Measured motivation: LISC over-splits one-domain batches (about 14 clusters of 4-5 samples in 64
 images), its partition of a mixed batch is 6-7 points short of the true domains', and a fixed
@@ -23,7 +29,11 @@ weight ignores cluster size (8-sample neighbourhoods beat LISC's clusters in eve
 measured); clustering deep layers, where LISC groups by class rather than domain, did not help;
 instance-aware statistics win on the digits; at batch 4 and 16, the window is what lifts
 single-domain and label-shifted streams (deep statistics of a few label-correlated samples
-follow their labels; past batches dilute that).
+follow their labels; past batches dilute that); IABN's standard errors assume independent
+positions, so at k = 8 the rule fired on natural images' content (CIFAR single-domain batches
+-2.6) while the digits needed it, and the observed spread tells the two apart; under label shift
+a class-balanced deep window is what closes most of the gap to NOTE (BENCHMARKS.md, "The
+instance rule's band from the observed spread, and a class-balanced deep window").
 """
 
 from __future__ import annotations
@@ -52,15 +62,15 @@ class DYNAdaptiveConfig:
         LISC cluster (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`); 0: LISC clusters.
     source_weight: ``"fixed"``, ``"size"`` (N / (N + n_k)) or ``"shift"`` (James-Stein).
     prior_strength: N of the size rule, in samples.
-    instance_k: NOTE's instance-aware rule around the cluster statistics, k = 16 standard
-        errors (None: off). A compromise measured on the two models beside the project: the
-        rule lifts the digits by 5-7 points, but with the window it costs CIFAR single-domain
-        batches about 2.6 points at NOTE's tighter widths (k = 8; its standard errors assume
-        independent positions, so on natural images it fires on content, not only on shift).
+    instance_k: NOTE's instance-aware rule around the cluster statistics, at least k = 8
+        standard errors (None: off). Alone, a width is a compromise between the two models
+        beside the project: k = 8 lifts the digits, but costs CIFAR single-domain batches about
+        2.6 points (its standard errors assume independent positions, so on natural images it
+        fires on content, not only on shift); ``instance_spread`` resolves it.
     instance_spread: None (off) or c >= 0: widen the instance rule's band to ``max(instance_k,
         c * sqrt(rho))`` standard errors per layer and batch, rho the spread of instance means
         inside each sample's neighbourhood or cluster in units of the squared standard error
-        (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`).
+        (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`); 3. Unused with ``instance_k=None``.
     instance_layers: which layers apply the instance-aware rule: ``"all"`` or ``"clustered"``
         (only the layers that cluster).
     cluster_fraction: the first ``round(f * L)`` of the L BN layers (network order) cluster; the
@@ -71,12 +81,12 @@ class DYNAdaptiveConfig:
         labels, and a weight that falls with its size let label shift through (measured: Wild,
         BENCHMARKS.md).
     window: samples whose instance statistics each layer keeps and clusters with the batch.
-    deep_window: the window of the layers that do not cluster; ``None`` (default): ``window``.
+    deep_window: the window of the layers that do not cluster (None: ``window``); 512.
         A longer one averages their statistics over more samples, and so over more classes,
         against label shift, while the shallow layers keep following domain changes (256
         measured at 200 rows per domain: Wild +1.8 to +4.5, single-domain streams -0.5 to
         -1.2; BENCHMARKS.md, "200 rows per domain").
-    deep_match: None (default) or a quantile q in [0, 1]: the layers that do not cluster keep
+    deep_match: None or a quantile q in [0, 1] (0.1): the layers that do not cluster keep
         only the window samples that look like the current pool (the batch topped up to
         ``window``) at the last clustering layer: those at least as close to it (cosine of
         instance means) as the q-quantile of the pool members' nearest-neighbour similarities
@@ -85,7 +95,7 @@ class DYNAdaptiveConfig:
         domain: Wild +1.4 to +4.3, elsewhere 0.0 to -0.6; with 100-row domains single-domain
         batches -0.8 to -1.2 on CIFAR; BENCHMARKS.md, "A long deep window kept to the current
         domain").
-    deep_balance: None (default) or n >= 1: the layers that do not cluster keep, of their
+    deep_balance: None or n >= 1 (32): the layers that do not cluster keep, of their
         remembered samples, only the n most recent of each class the model predicted
         (:class:`~dyntta.norm.ClassBalance`; NOTE's answer to label shift, a memory balanced over
         predicted classes). Needs a ``deep_window``; with ``deep_match``, the balance is taken
@@ -101,16 +111,21 @@ class DYNAdaptiveConfig:
     neighbours: int = 8
     source_weight: Literal["fixed", "size", "shift"] = "size"
     prior_strength: float = 16.0
-    instance_k: float | None = 16.0
-    instance_spread: float | None = None
+    instance_k: float | None = 8.0
+    instance_spread: float | None = 3.0
     instance_layers: Literal["all", "clustered"] = "all"
     cluster_fraction: float = 0.5
     deep_source_weight: Literal["same", "fixed", "size", "shift"] = "fixed"
     window: int = 64
-    deep_window: int | None = None
-    deep_match: float | None = None
-    deep_balance: int | None = None
+    deep_window: int | None = 512
+    deep_match: float | None = 0.1
+    deep_balance: int | None = 32
     top_up: bool = True
+
+    @property
+    def widening(self) -> float | None:
+        """``instance_spread``, or None where the instance rule is off (nothing to widen)."""
+        return None if self.instance_k is None else self.instance_spread
 
     def __post_init__(self):
         check_unit_interval("alpha", self.alpha)
@@ -134,7 +149,7 @@ class DYNAdaptiveConfig:
             nn.BatchNorm2d(1), self.alpha, self.mix, self.unbiased,
             merge_levels=self.merge_levels, source_weight=self.source_weight,
             prior_strength=self.prior_strength, instance_k=self.instance_k,
-            instance_spread=self.instance_spread, neighbours=self.neighbours, window=self.window,
+            instance_spread=self.widening, neighbours=self.neighbours, window=self.window,
         )
 
 
@@ -142,7 +157,9 @@ class DYNAdaptiveConfig:
 class DYNAdaptive(NormalizationMethod):
     """Beyond the DYN paper: DYN's cluster-aware BN with size-weighted 8-sample neighbourhoods in
     the shallow half of the layers, mixed batch statistics in the deep half, NOTE's instance
-    rule (k = 16) and a window that tops small batches up to 64 samples' statistics.
+    rule (k = 8, widened to 3 observed deviations), a window that tops small batches up to 64
+    samples' statistics and, in the deep half, a 512-sample window kept to the current domain
+    and balanced over the predicted classes.
 
     Every BN layer becomes a :class:`~dyntta.norm.ClusterAwareBatchNorm2d` with the options of
     the config (module docstring: the rules and their measured motivation).
@@ -178,7 +195,7 @@ class DYNAdaptive(NormalizationMethod):
         layer = ClusterAwareBatchNorm2d(
             bn, c.alpha, c.mix, c.unbiased, merge_levels=c.merge_levels, source_weight=weight,
             prior_strength=c.prior_strength, instance_k=c.instance_k if instance else None,
-            instance_spread=c.instance_spread if instance else None,
+            instance_spread=c.widening if instance else None,
             cluster=cluster, neighbours=c.neighbours if cluster else 0,
             window=c.window if cluster else self._deep_window,
             top_up=c.top_up,
@@ -192,7 +209,7 @@ class DYNAdaptive(NormalizationMethod):
     def step(self, x: torch.Tensor) -> torch.Tensor:
         logits = self.model(x)
         if isinstance(self._filter, ClassBalance):
-            self._filter.record(logits.argmax(1))
+            self._filter.record(logits.argmax(1), logits.shape[1])
         return logits
 
     def on_reset(self) -> None:

@@ -46,8 +46,10 @@ class ClassBalance:
         """Forget every class."""
         self.classes: torch.Tensor | None = None  # (N,) int64, oldest first
 
-    def record(self, classes: torch.Tensor) -> None:
-        """Append the (B,) predicted classes of the batch just forwarded."""
+    def record(self, classes: torch.Tensor, num_classes: int) -> None:
+        """Append the (B,) predicted classes, in ``0..num_classes-1``, of the batch just
+        forwarded."""
+        self.num_classes = num_classes
         classes = classes.detach().long()
         if self.classes is not None:
             classes = torch.cat([self.classes, classes])
@@ -67,6 +69,6 @@ class ClassBalance:
             kept = torch.ones(n_window, dtype=torch.bool, device=classes.device)
         if n_window == 0:
             return kept
-        one_hot = torch.nn.functional.one_hot(classes) * kept[:, None]  # (n, K)
+        one_hot = torch.nn.functional.one_hot(classes, self.num_classes) * kept[:, None]  # (n, K)
         later = one_hot.flip(0).cumsum(0).flip(0)  # kept same-class samples at or after a row
         return kept & ((later * one_hot).sum(1) <= self.per_class)

@@ -326,12 +326,16 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         if self.signature is not None:
             self.signature.observe(mu)
         b = x.shape[0]
+        dropped = None  # (N,) bool: window rows that stay out of every statistic
         extra = max(0, self.window - b) if self.top_up else self.window
         if extra and self.window_mean is not None:
             old_mu, old_s2 = self.window_mean[-extra:], self.window_var[-extra:]
             if self.match is not None:
                 kept = self.match.keep(old_mu.shape[0], b)
-                old_mu, old_s2 = old_mu[kept], old_s2[kept]
+                if self.cluster:
+                    old_mu, old_s2 = old_mu[kept], old_s2[kept]
+                else:  # dropped rows become singletons: no data-dependent shape to compile
+                    dropped = torch.cat([~kept, kept.new_zeros(b)])
             all_mu = torch.cat([old_mu, mu])
             all_s2 = torch.cat([old_s2, s2])
         else:
@@ -346,6 +350,9 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
                 spread = neighbourhood_stats(all_mu.detach(), torch.zeros_like(all_s2), index)[1]
         else:
             labels = self.labels(all_mu.detach())
+            if dropped is not None:
+                singles = torch.arange(1, labels.shape[0] + 1, device=labels.device)
+                labels = torch.where(dropped, singles, labels)
             self.last_labels = labels[-b:]
             cluster_mean, cluster_var = cluster_stats(all_mu, all_s2, labels)
             sizes = same_cluster(labels).sum(1, keepdim=True).to(mu.dtype)
