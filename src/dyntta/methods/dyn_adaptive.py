@@ -10,7 +10,7 @@ the ablation in BENCHMARKS.md ("DYN successor"):
   2020), instead of DYN's fixed 0.8;
 - the other half use the whole batch as one cluster at DYN's fixed source weight 0.8;
 - every layer then applies NOTE's instance-aware rule around those statistics, at k = 8
-  standard errors, widened per layer and batch to 3 standard deviations of the instance means
+  standard errors, widened per layer and batch to 2.5 standard deviations of the instance means
   actually observed within each sample's group where those vary more than IABN's standard error
   assumes (``instance_spread``: correlated positions in natural images);
 - every layer keeps the instance means and variances (no feature maps) of its last samples and
@@ -70,7 +70,7 @@ class DYNAdaptiveConfig:
     instance_spread: None (off) or c >= 0: widen the instance rule's band to ``max(instance_k,
         c * sqrt(rho))`` standard errors per layer and batch, rho the spread of instance means
         inside each sample's neighbourhood or cluster in units of the squared standard error
-        (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`); 3. Unused with ``instance_k=None``.
+        (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`); 2.5. Unused with ``instance_k=None``.
     instance_layers: which layers apply the instance-aware rule: ``"all"`` or ``"clustered"``
         (only the layers that cluster).
     cluster_fraction: the first ``round(f * L)`` of the L BN layers (network order) cluster; the
@@ -112,7 +112,7 @@ class DYNAdaptiveConfig:
     source_weight: Literal["fixed", "size", "shift"] = "size"
     prior_strength: float = 16.0
     instance_k: float | None = 8.0
-    instance_spread: float | None = 3.0
+    instance_spread: float | None = 2.5
     instance_layers: Literal["all", "clustered"] = "all"
     cluster_fraction: float = 0.5
     deep_source_weight: Literal["same", "fixed", "size", "shift"] = "fixed"
@@ -157,7 +157,7 @@ class DYNAdaptiveConfig:
 class DYNAdaptive(NormalizationMethod):
     """Beyond the DYN paper: DYN's cluster-aware BN with size-weighted 8-sample neighbourhoods in
     the shallow half of the layers, mixed batch statistics in the deep half, NOTE's instance
-    rule (k = 8, widened to 3 observed deviations), a window that tops small batches up to 64
+    rule (k = 8, widened to 2.5 observed deviations), a window that tops small batches up to 64
     samples' statistics and, in the deep half, a 512-sample window kept to the current domain
     and balanced over the predicted classes.
 

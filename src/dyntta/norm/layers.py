@@ -348,6 +348,19 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             a = self.weight_of_source(mu.detach(), cluster_mean.detach(), index.shape[1])
             if widen:
                 spread = neighbourhood_stats(all_mu.detach(), torch.zeros_like(all_s2), index)[1]
+        elif not self.cluster and self.source_weight != "shift":
+            # one cluster of the kept rows: weighted means, O(N) instead of the (N, N) product
+            weight = all_mu.new_ones(all_mu.shape[0]) if dropped is None else \
+                (~dropped).to(all_mu.dtype)
+            size = weight.sum()
+            centre = weight @ all_mu / size
+            deviation = (all_mu - centre).square()
+            cluster_mean = centre.expand(b, -1)
+            cluster_var = (weight @ (all_s2 + deviation) / size).expand(b, -1)
+            self.last_labels = torch.zeros(b, dtype=torch.long, device=mu.device)
+            a = self.weight_of_source(mu.detach(), cluster_mean.detach(), size.reshape(1, 1))
+            if widen:
+                spread = (weight @ deviation.detach() / size).expand(b, -1)
         else:
             labels = self.labels(all_mu.detach())
             if dropped is not None:
