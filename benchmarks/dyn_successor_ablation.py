@@ -31,7 +31,8 @@ from dyntta.bench.stats import difference_interval
 DYN_OPTIONS = {"merge_levels": 0, "neighbours": 0, "source_weight": "fixed",
                "prior_strength": 16.0, "instance_k": None, "instance_spread": None,
                "cluster_fraction": 1.0,
-               "deep_source_weight": "same", "instance_layers": "all", "window": 0,
+               "deep_source_weight": "same", "balanced_alpha": 0.4, "balance_power": 2.0,
+               "instance_layers": "all", "window": 0,
                "deep_window": None, "deep_match": None, "deep_balance": None,
                "top_up": False}
 """dyn_adaptive with these options is dyn; every variant states all of them (its label means the
@@ -122,6 +123,16 @@ SWEEPS.update({  # each other constant of dyn_adaptive's defaults, the rest at t
     **{f"nb8-k8-spread2.5-deep{w}-bal{n}": {
         **ADAPTIVE, "instance_k": 8.0, "instance_spread": 2.5, "deep_window": w,
         "deep_balance": n} for w in (512, 1024) for n in (16, 32, 64)},
+})
+DEFAULTS = SWEEPS["nb8-k8-spread2.5-deep512-match10-bal32"]  # dyn_adaptive's defaults since 1752def
+SWEEPS.update({  # the deep layers' source weight beside the class-balanced deep window
+    **{f"bal-alpha{a}": {**DEFAULTS, "alpha": a} for a in (0.4, 0.5, 0.6, 0.7, 0.9)},
+    **{f"bal-deep{w}": {**DEFAULTS, "deep_source_weight": w} for w in ("size", "shift")},
+    # ... and following the label balance of the last 64 predictions (weight a for even classes,
+    # power p)
+    **{f"labels-a{a}-p{p}": {**DEFAULTS, "deep_source_weight": "labels", "balanced_alpha": a,
+                             "balance_power": float(p)}
+       for a in (0.2, 0.4, 0.5, 0.6) for p in (1, 2, 3)},
 })
 VARIANTS.update(SWEEPS)
 

@@ -9,6 +9,7 @@ import torch
 
 import dyntta
 from dyntta.norm import ClusterAwareBatchNorm2d
+from dyntta.norm.mixing import label_balance_weight
 from tests.conftest import random_images, tiny_resnet
 
 
@@ -33,7 +34,7 @@ def test_cluster_fraction_clusters_the_first_layers_only(fraction):
 
 
 @pytest.mark.parametrize("deep, expected", [("same", "size"), ("fixed", "fixed"),
-                                            ("shift", "shift")])
+                                            ("shift", "shift"), ("labels", "set")])
 def test_layers_that_do_not_cluster_use_the_deep_source_weight(deep, expected):
     method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", source_weight="size",
                           cluster_fraction=0.5, deep_source_weight=deep)
@@ -94,7 +95,8 @@ def test_window_lets_one_sample_batches_use_past_samples():
     "option", [{"cluster_fraction": 1.5}, {"instance_k": -1.0}, {"window": -1},
                {"source_weight": "both"}, {"merge_levels": -1},
                {"deep_source_weight": "deep"}, {"instance_layers": "deep"}, {"neighbours": -1},
-               {"deep_window": -1}, {"deep_balance": 0}]
+               {"deep_window": -1}, {"deep_balance": 0}, {"balanced_alpha": 1.5},
+               {"balance_power": -1.0}]
 )
 def test_bad_options_are_named(option):
     with pytest.raises(ValueError, match=next(iter(option))):
@@ -146,7 +148,9 @@ def test_deep_match_needs_a_clustering_layer():
 
 def test_deep_balance_records_the_predictions_and_keeps_every_class_it_can():
     model, x = tiny_resnet(), random_images(12, seed=4)
-    options = {"cluster_fraction": 0.5, "window": 4, "deep_window": 12}
+    # a fixed deep weight: with the label rule, one predicted class gives the source all of it
+    options = {"cluster_fraction": 0.5, "window": 4, "deep_window": 12,
+               "deep_source_weight": "fixed"}
     balanced = dyntta.adapt(model, "dyn_adaptive", deep_balance=100, **options)
     plain = dyntta.adapt(model, "dyn_adaptive", **options)
     filters = {id(layer.match) for layer in cabn_layers(balanced) if not layer.cluster}
@@ -163,3 +167,39 @@ def test_deep_balance_records_the_predictions_and_keeps_every_class_it_can():
         for i in range(0, 12, 3):
             one(x[i : i + 3])
         assert not torch.allclose(one(x[:3]), plain(x[:3]))
+
+
+def test_labels_rule_sets_the_deep_weight_from_the_last_window_predictions():
+    model, x = tiny_resnet(), random_images(12, seed=6)
+    method = dyntta.adapt(model, "dyn_adaptive", cluster_fraction=0.5, window=5,
+                          deep_source_weight="labels", balanced_alpha=0.2, balance_power=1.0)
+    deep = [layer for layer in cabn_layers(method) if not layer.cluster]
+    assert deep and all(float(layer.set_weight) == pytest.approx(0.8) for layer in deep)  # alpha at first
+    assert not any(hasattr(layer, "set_weight") for layer in cabn_layers(method) if layer.cluster)
+    seen = []
+    with torch.no_grad():
+        for i in range(0, 12, 3):
+            seen.append(method(x[i : i + 3]).argmax(1))
+            expected = label_balance_weight(torch.cat(seen)[-5:], 3, 0.2, 1.0)
+            for layer in deep:
+                assert float(layer.set_weight) == pytest.approx(expected, abs=1e-6)
+    method.reset()
+    assert all(float(layer.set_weight) == pytest.approx(0.8) for layer in deep)
+
+
+def test_labels_rule_at_power_zero_is_the_fixed_weight():
+    model, x = tiny_resnet(), random_images(12, seed=7)
+    options = {"cluster_fraction": 0.5, "window": 4, "alpha": 0.7}
+    labels = dyntta.adapt(model, "dyn_adaptive", deep_source_weight="labels",
+                          balanced_alpha=0.7, balance_power=0.0, **options)
+    fixed = dyntta.adapt(model, "dyn_adaptive", deep_source_weight="fixed", **options)
+    with torch.no_grad():
+        for i in range(0, 12, 3):
+            torch.testing.assert_close(labels(x[i : i + 3]), fixed(x[i : i + 3]))
+
+
+def test_labels_rule_needs_the_window_it_reads():
+    options = {"window": 0, "deep_match": None, "deep_source_weight": "labels"}
+    with pytest.raises(ValueError, match="window"):
+        dyntta.adapt(tiny_resnet(), "dyn_adaptive", **options)
+    dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=1.0, **options)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from dyntta.norm import AlphaBatchNorm2d, ClusterAwareBatchNorm2d, lisc
 from dyntta.norm.finch import next_level
-from dyntta.norm.mixing import shift_weight, size_weight
+from dyntta.norm.mixing import label_balance_weight, shift_weight, size_weight
 from dyntta.norm.stats import instance_stats, spread_ratio
 from tests.norm.test_layers import mixed_batch, source_bn
 
@@ -238,6 +238,43 @@ def test_top_up_window_supplies_only_the_missing_samples():
     # a batch of 8 or more uses no window: the windowless result, bit for bit
     assert torch.equal(layer(x[6:14]), plain(x[6:14]))
     torch.testing.assert_close(layer.window_mean, x[6:14].mean((2, 3)))
+
+
+@pytest.mark.parametrize("grouping", [{"cluster": False}, {}, {"neighbours": 4}])
+def test_set_weight_is_alpha_bn_at_the_weight_the_caller_sets(grouping):
+    bn = source_bn().double()
+    x = mixed_batch(b=12)
+    cabn = ClusterAwareBatchNorm2d(bn, alpha=0.8, unbiased=False, source_weight="set",
+                                   **grouping).double()
+    fixed = ClusterAwareBatchNorm2d(bn, alpha=0.35, unbiased=False, **grouping).double()
+    assert float(cabn.set_weight) == pytest.approx(0.8)  # alpha until the caller sets it
+    cabn.set_weight.fill_(0.35)
+    torch.testing.assert_close(cabn(x), fixed(x))
+
+
+def test_label_balance_weight_from_the_inverse_simpson_index():
+    even, one = torch.arange(10), torch.full((7,), 3)
+    assert label_balance_weight(even, 10, 0.4, 2.0) == pytest.approx(0.4)
+    assert label_balance_weight(one, 10, 0.4, 2.0) == pytest.approx(1.0)
+    classes = torch.tensor([0, 0, 0, 1, 1, 2])  # p = 1/2, 1/3, 1/6 over K = 4
+    simpson = 1 / (1 / 4 + 1 / 9 + 1 / 36)
+    evenness = (simpson - 1) / 3
+    for power in (0.0, 1.0, 2.0, 3.0):
+        assert label_balance_weight(classes, 4, 0.3, power) == pytest.approx(
+            1 - 0.7 * evenness**power)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=40), st.floats(0.0, 1.0),
+       st.floats(0.0, 4.0))
+def test_label_balance_weight_lies_between_balanced_and_one_and_rises_with_power(
+        classes, balanced, power):
+    classes = torch.tensor(classes)
+    weight = label_balance_weight(classes, 5, balanced, power)
+    assert balanced - 1e-12 <= weight <= 1.0 + 1e-12
+    assert label_balance_weight(classes, 5, balanced, power + 1.0) >= weight - 1e-12
+    perm = classes[torch.randperm(classes.shape[0])]  # the order of the predictions is moot
+    assert label_balance_weight(perm, 5, balanced, power) == pytest.approx(weight)
 
 
 @pytest.mark.parametrize(

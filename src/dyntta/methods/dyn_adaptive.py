@@ -48,6 +48,7 @@ from dyntta.methods.base import check_unit_interval
 from dyntta.methods.normalization import NormalizationMethod
 from dyntta.methods.registry import register
 from dyntta.norm import ClassBalance, ClusterAwareBatchNorm2d, WindowMatch
+from dyntta.norm.mixing import label_balance_weight
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +56,8 @@ class DYNAdaptiveConfig:
     """Hyper-parameters of DYN-adaptive (defaults: the ablation's choice; each field's
     sensitivity is in BENCHMARKS.md).
 
-    alpha, mix, unbiased: as DYN (``alpha`` is used only with ``source_weight="fixed"`` and as
-        the shift rule's fallback).
+    alpha, mix, unbiased: as DYN (``alpha`` is used only with a ``"fixed"`` source weight, as
+        the shift rule's fallback and as the ``"labels"`` rule's weight before any prediction).
     merge_levels: FINCH levels after LISC (with ``neighbours=0``).
     neighbours: n > 0: the clustering layers use each sample's n nearest samples instead of its
         LISC cluster (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`); 0: LISC clusters.
@@ -76,10 +77,17 @@ class DYNAdaptiveConfig:
     cluster_fraction: the first ``round(f * L)`` of the L BN layers (network order) cluster; the
         others use one cluster (mixed batch statistics). 1.0: every layer clusters.
     deep_source_weight: the source weight rule of the layers that do not cluster: ``"same"`` as
-        ``source_weight``, or ``"fixed"``/``"size"``/``"shift"``. ``"fixed"`` (``alpha``) by
-        default: there the one cluster is the whole batch, whose statistics follow the batch's
-        labels, and a weight that falls with its size let label shift through (measured: Wild,
+        ``source_weight``, ``"fixed"``/``"size"``/``"shift"``, or ``"labels"``: the weight
+        follows how evenly the model's last ``window`` predictions spread over the classes,
+        from ``balanced_alpha`` (every class alike) to 1 (one class)
+        (:func:`~dyntta.norm.mixing.label_balance_weight`; ``alpha`` before the first batch).
+        There the one cluster is the whole batch (and window), whose statistics follow the
+        batch's labels: a weight that falls with its size let label shift through, and a fixed
+        0.8 costs single-domain batches with balanced labels (measured: Wild and continual,
         BENCHMARKS.md).
+    balanced_alpha, balance_power: the ``"labels"`` rule's source weight for perfectly even
+        predictions (0.4) and its power p (2: the weight leaves 1 as the square of the
+        evenness).
     window: samples whose instance statistics each layer keeps and clusters with the batch.
     deep_window: the window of the layers that do not cluster (None: ``window``); 512.
         A longer one averages their statistics over more samples, and so over more classes,
@@ -115,7 +123,9 @@ class DYNAdaptiveConfig:
     instance_spread: float | None = 2.5
     instance_layers: Literal["all", "clustered"] = "all"
     cluster_fraction: float = 0.5
-    deep_source_weight: Literal["same", "fixed", "size", "shift"] = "fixed"
+    deep_source_weight: Literal["same", "fixed", "size", "shift", "labels"] = "fixed"
+    balanced_alpha: float = 0.4
+    balance_power: float = 2.0
     window: int = 64
     deep_window: int | None = 512
     deep_match: float | None = 0.1
@@ -141,9 +151,12 @@ class DYNAdaptiveConfig:
             if self.deep_balance < 1:
                 raise ValueError(f"deep_balance must be None or >= 1 (samples per class), "
                                  f"got {self.deep_balance}")
-        if self.deep_source_weight not in ("same", "fixed", "size", "shift"):
-            raise ValueError("deep_source_weight must be 'same', 'fixed', 'size' or 'shift', "
-                             f"got {self.deep_source_weight!r}")
+        if self.deep_source_weight not in ("same", "fixed", "size", "shift", "labels"):
+            raise ValueError("deep_source_weight must be 'same', 'fixed', 'size', 'shift' or "
+                             f"'labels', got {self.deep_source_weight!r}")
+        check_unit_interval("balanced_alpha", self.balanced_alpha)
+        if not self.balance_power >= 0:
+            raise ValueError(f"balance_power must be >= 0, got {self.balance_power}")
         # the layer validates the others; build one to fail at construction, not at first use
         ClusterAwareBatchNorm2d(
             nn.BatchNorm2d(1), self.alpha, self.mix, self.unbiased,
@@ -184,13 +197,17 @@ class DYNAdaptive(NormalizationMethod):
                 self._deep_window, c.window if c.top_up else 0, c.deep_match)
         if c.deep_balance is not None:
             self._filter = ClassBalance(self._deep_window, c.deep_balance, self._signature)
+        self._recent = None  # with deep_source_weight="labels": the last predicted classes
+        if c.deep_source_weight == "labels" and c.window < 1 and self._clustered < n_layers:
+            raise ValueError("deep_source_weight='labels' reads the last `window` predictions: "
+                             "it needs window >= 1 (or cluster_fraction=1: no deep layers)")
         return super().prepare(model)
 
     def make_layer(self, bn):
         c = self.config
         cluster = self._built < self._clustered
         weight = c.source_weight if cluster or c.deep_source_weight == "same" \
-            else c.deep_source_weight
+            else "set" if c.deep_source_weight == "labels" else c.deep_source_weight
         instance = cluster or c.instance_layers == "all"
         layer = ClusterAwareBatchNorm2d(
             bn, c.alpha, c.mix, c.unbiased, merge_levels=c.merge_levels, source_weight=weight,
@@ -208,13 +225,25 @@ class DYNAdaptive(NormalizationMethod):
     @torch.no_grad()
     def step(self, x: torch.Tensor) -> torch.Tensor:
         logits = self.model(x)
+        classes = logits.argmax(1)
         if isinstance(self._filter, ClassBalance):
-            self._filter.record(logits.argmax(1), logits.shape[1])
+            self._filter.record(classes, logits.shape[1])
+        if self.config.deep_source_weight == "labels":
+            recent = classes if self._recent is None else torch.cat([self._recent, classes])
+            self._recent = recent[-self.config.window :]
+            weight = label_balance_weight(self._recent, logits.shape[1],
+                                          self.config.balanced_alpha, self.config.balance_power)
+            for m in self.modules():
+                if isinstance(m, ClusterAwareBatchNorm2d) and m.source_weight == "set":
+                    m.set_weight.fill_(weight)
         return logits
 
     def on_reset(self) -> None:
+        self._recent = None
         for m in self.modules():
             if isinstance(m, ClusterAwareBatchNorm2d):
                 m.reset_window()
+                if m.source_weight == "set":
+                    m.set_weight.fill_(m.alpha)
         if isinstance(self._filter, ClassBalance):
             self._filter.reset()

@@ -150,7 +150,7 @@ class AlphaBatchNorm2d(SourceNorm2d):
         return f"{super().extra_repr()}, alpha={self.alpha}"
 
 
-SourceWeight = Literal["fixed", "size", "shift"]
+SourceWeight = Literal["fixed", "size", "shift", "set"]
 
 
 class ClusterAwareBatchNorm2d(SourceNorm2d):
@@ -180,7 +180,10 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         source_weight: the weight ``a`` of the source statistics, per cluster: ``"fixed"``
             (``alpha``, DYN), ``"size"`` (Schneider et al.'s ``N / (N + n_k)``, N =
             ``prior_strength``) or ``"shift"`` (James-Stein shrinkage towards the source, see
-            :mod:`dyntta.norm.mixing`).
+            :mod:`dyntta.norm.mixing`), or ``"set"``: one weight for the whole batch, the 0-dim
+            buffer ``set_weight`` (``alpha`` until the caller fills it, e.g. a method that sets
+            it from its predictions before each batch; a buffer, so compiled code reads its
+            current value).
         prior_strength: N of ``source_weight="size"``, in samples; 16.
         instance_k: ``None`` (DYN) or k >= 0: NOTE's instance-aware rule around the mixed cluster
             statistics (:func:`~dyntta.norm.stats.shrink_to_reference`, the cluster in place
@@ -248,9 +251,9 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             raise ValueError(f"mix must be 'var' or 'std', got {mix!r}")
         if merge_levels < 0:
             raise ValueError(f"merge_levels must be >= 0, got {merge_levels}")
-        if source_weight not in ("fixed", "size", "shift"):
+        if source_weight not in ("fixed", "size", "shift", "set"):
             raise ValueError(
-                f"source_weight must be 'fixed', 'size' or 'shift', got {source_weight!r}"
+                f"source_weight must be 'fixed', 'size', 'shift' or 'set', got {source_weight!r}"
             )
         if not prior_strength > 0:
             raise ValueError(f"prior_strength must be > 0 (samples), got {prior_strength}")
@@ -284,6 +287,8 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         self.signature = signature
         self.match = match
         self.last_labels: torch.Tensor | None = None
+        if source_weight == "set":
+            self.register_buffer("set_weight", torch.tensor(float(alpha)))
         self.reset_window()
 
     def reset_window(self) -> None:
@@ -317,6 +322,8 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         sizes (or one size for all, as a neighbourhood's)."""
         if self.source_weight == "fixed":
             return self.alpha
+        if self.source_weight == "set":
+            return self.set_weight
         if self.source_weight == "size":
             return size_weight(sizes, self.prior_strength)
         return shift_weight(mu, cluster_mean, sizes, self.running_mean, self.alpha)
@@ -371,7 +378,7 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             sizes = same_cluster(labels).sum(1, keepdim=True).to(mu.dtype)
             a = self.weight_of_source(all_mu.detach(), cluster_mean.detach(), sizes)
             cluster_mean, cluster_var = cluster_mean[-b:], cluster_var[-b:]
-            if not isinstance(a, float):
+            if isinstance(a, torch.Tensor) and a.ndim:
                 a = a[-b:]
             if widen:
                 spread = cluster_stats(all_mu.detach(), torch.zeros_like(all_s2), labels)[1][-b:]

@@ -1,8 +1,9 @@
-"""Source weights for cluster-aware BN that adapt to each cluster (beyond the DYN paper).
+"""Source weights for cluster-aware BN that adapt to the data (beyond the DYN paper).
 
 DYN mixes every cluster's statistics with the source's at a fixed source weight 0.8, whatever
-the cluster's size and however far its statistics lie from the source's. The weights here are
-per sample (the weight of its cluster), shape (N, 1), to broadcast over channels.
+the cluster's size, however far its statistics lie from the source's and whatever the classes in
+the batch. The size and shift weights here are per sample (the weight of its cluster), shape
+(N, 1), to broadcast over channels; the label-balance weight is one number per batch.
 """
 
 from __future__ import annotations
@@ -52,3 +53,26 @@ def shift_weight(
     shift = (cluster_mean - source_mean).square().sum(1, keepdim=True)
     weight = (noise / shift.clamp_min(torch.finfo(mu.dtype).tiny)).clamp_max(1.0)
     return torch.where(n - clusters > 0.5, weight, torch.full_like(weight, fallback))
+
+
+def label_balance_weight(
+    classes: torch.Tensor, num_classes: int, balanced: float, power: float
+) -> float:
+    """Source weight from how evenly recent predictions spread over the classes: ``1 - (1 -
+    balanced) * e ** power``, with ``e = (D - 1) / (K - 1)`` in [0, 1] the evenness of the
+    predicted classes, ``D = 1 / sum_c p_c^2`` their inverse Simpson index (Hill's diversity of
+    order 2, Ecology 1973: the effective number of classes) over K classes.
+
+    Statistics that follow the labels (deep BN layers) follow label shift too; the source's were
+    computed on balanced classes. Predictions spread over every class (``e = 1``) give the source
+    the weight ``balanced``; predictions of one class (``e = 0``) give it all the weight.
+
+    Args:
+        classes: (n,) recent predicted classes in ``0..num_classes-1`` (n >= 1).
+        num_classes: K >= 2.
+        balanced: the source weight when the classes are perfectly even, in [0, 1].
+        power: p >= 0; larger p lowers the weight of the source only for near-even classes.
+    """
+    p = torch.bincount(classes, minlength=num_classes).double() / classes.shape[0]
+    evenness = (1.0 / p.square().sum() - 1.0) / (num_classes - 1)
+    return 1.0 - (1.0 - balanced) * float(evenness.clamp(0.0, 1.0)) ** power
