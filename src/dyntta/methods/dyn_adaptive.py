@@ -8,7 +8,10 @@ the ablation in BENCHMARKS.md ("DYN successor"):
   (LISC's cosine similarity of instance means; a neighbourhood instead of DYN's LISC cluster)
   and weights the source by that size, ``16 / (16 + 8)`` (Schneider et al.'s prior, NeurIPS
   2020), instead of DYN's fixed 0.8;
-- the other half use the whole batch as one cluster at DYN's fixed source weight 0.8;
+- the other half use the whole batch as one cluster, with a source weight that follows how
+  evenly the model's last 64 predictions spread over the classes: 0.4 where they are even,
+  rising as the square of their unevenness to 1 where they are all one class (DYN's fixed 0.8
+  before the first prediction);
 - every layer then applies NOTE's instance-aware rule around those statistics, at k = 8
   standard errors, widened per layer and batch to 2.5 standard deviations of the instance means
   actually observed within each sample's group where those vary more than IABN's standard error
@@ -33,7 +36,10 @@ follow their labels; past batches dilute that); IABN's standard errors assume in
 positions, so at k = 8 the rule fired on natural images' content (CIFAR single-domain batches
 -2.6) while the digits needed it, and the observed spread tells the two apart; under label shift
 a class-balanced deep window is what closes most of the gap to NOTE (BENCHMARKS.md, "The
-instance rule's band from the observed spread, and a class-balanced deep window").
+instance rule's band from the observed spread, and a class-balanced deep window"); a fixed deep
+source weight trades single-domain batches (which want less of the source) against label
+shift (which wants more), and the evenness of the recent predictions tells the two apart
+(BENCHMARKS.md, "The deep layers' source weight from the evenness of the predictions").
 """
 
 from __future__ import annotations
@@ -80,8 +86,8 @@ class DYNAdaptiveConfig:
         ``source_weight``, ``"fixed"``/``"size"``/``"shift"``, or ``"labels"``: the weight
         follows how evenly the model's last ``window`` predictions spread over the classes,
         from ``balanced_alpha`` (every class alike) to 1 (one class)
-        (:func:`~dyntta.norm.mixing.label_balance_weight`; ``alpha`` before the first batch).
-        There the one cluster is the whole batch (and window), whose statistics follow the
+        (:func:`~dyntta.norm.mixing.label_balance_weight`; ``alpha`` before the first batch;
+        the default). There the one cluster is the whole batch (and window), whose statistics follow the
         batch's labels: a weight that falls with its size let label shift through, and a fixed
         0.8 costs single-domain batches with balanced labels (measured: Wild and continual,
         BENCHMARKS.md).
@@ -123,7 +129,7 @@ class DYNAdaptiveConfig:
     instance_spread: float | None = 2.5
     instance_layers: Literal["all", "clustered"] = "all"
     cluster_fraction: float = 0.5
-    deep_source_weight: Literal["same", "fixed", "size", "shift", "labels"] = "fixed"
+    deep_source_weight: Literal["same", "fixed", "size", "shift", "labels"] = "labels"
     balanced_alpha: float = 0.4
     balance_power: float = 2.0
     window: int = 64
@@ -169,7 +175,8 @@ class DYNAdaptiveConfig:
 @register
 class DYNAdaptive(NormalizationMethod):
     """Beyond the DYN paper: DYN's cluster-aware BN with size-weighted 8-sample neighbourhoods in
-    the shallow half of the layers, mixed batch statistics in the deep half, NOTE's instance
+    the shallow half of the layers, mixed batch statistics in the deep half (source weight from
+    the evenness of the recent predictions), NOTE's instance
     rule (k = 8, widened to 2.5 observed deviations), a window that tops small batches up to 64
     samples' statistics and, in the deep half, a 512-sample window kept to the current domain
     and balanced over the predicted classes.
