@@ -20,8 +20,10 @@ import dyntta
 from dyntta.models import Normalized, build
 
 METHODS = {name: (name, {}) for name in ("source", "tbn", "alpha_bn", "dyn", "dyn_adaptive", "datta")}
-# dyn_adaptive's deep window at its largest cost: a repeated batch fills it with copies of
-# itself, which the match all keeps (and the balance up to 32 per predicted class)
+# the cost of dyn_adaptive's label rule: the same with DYN's fixed deep weight
+METHODS["dyn_adaptive fixed"] = ("dyn_adaptive", {"deep_source_weight": "fixed"})
+# the repeated batch fills dyn_adaptive's deep window with copies of itself, which the match all
+# keeps (and the balance up to 32 per predicted class): the window at its largest cost
 
 
 def time_methods(arch: str, batch: int, repeats: int, warmup: int, clock) -> dict[str, float]:
