@@ -203,3 +203,19 @@ def test_labels_rule_needs_the_window_it_reads():
     with pytest.raises(ValueError, match="window"):
         dyntta.adapt(tiny_resnet(), "dyn_adaptive", **options)
     dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=1.0, **options)
+
+
+def test_compiled_network_reads_the_weight_the_labels_rule_sets():
+    torch._dynamo.reset()
+    model, options = tiny_resnet(), {"balanced_alpha": 0.0, "balance_power": 1.0, "window": 6}
+    eager = dyntta.adapt(model, "dyn_adaptive", **options)
+    compiled = dyntta.adapt(model, "dyn_adaptive", compile={"backend": "eager"}, **options)
+    deep = next(layer for layer in cabn_layers(compiled) if not layer.cluster)
+    weights = []
+    with torch.no_grad():
+        for i, b in enumerate([6, 4, 6, 5]):
+            x = random_images(b, seed=10 + i)
+            torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)
+            weights.append(float(deep.set_weight))
+    torch._dynamo.reset()
+    assert len({round(w, 6) for w in [0.8, *weights]}) > 1  # the weight did move
