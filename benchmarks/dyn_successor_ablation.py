@@ -134,6 +134,7 @@ SWEEPS.update({  # the deep layers' source weight beside the class-balanced deep
                              "balance_power": float(p)}
        for a in (0.2, 0.4, 0.5, 0.6) for p in (1, 2, 3)},
 })
+SWEEPS["labels-deep256"] = {**SWEEPS["labels-a0.4-p2"], "deep_window": 256}  # since 32ccbee
 VARIANTS.update(SWEEPS)
 
 
