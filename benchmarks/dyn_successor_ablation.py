@@ -94,7 +94,7 @@ SWEEPS.update({  # each constant of the successor, the others at its defaults
     # LISC clusters replaced by each sample's n nearest samples (n = 8: dyn_adaptive's defaults)
     **{f"successor-nb{n}": {**SUCCESSOR, "neighbours": n} for n in (4, 6, 8, 12, 16, 32)},
 })
-ADAPTIVE = SWEEPS["successor-nb8"]  # dyn_adaptive's defaults
+ADAPTIVE = SWEEPS["successor-nb8"]  # dyn_adaptive's defaults until 88fec9c
 SWEEPS.update({  # each other constant of dyn_adaptive's defaults, the rest at those defaults
     **{f"nb8-size{n}": {**ADAPTIVE, "prior_strength": float(n)} for n in (8, 32)},
     **{f"nb8-shallow{round(100 * f)}": {**ADAPTIVE, "cluster_fraction": f}
@@ -124,7 +124,7 @@ SWEEPS.update({  # each other constant of dyn_adaptive's defaults, the rest at t
         **ADAPTIVE, "instance_k": 8.0, "instance_spread": 2.5, "deep_window": w,
         "deep_balance": n} for w in (512, 1024) for n in (16, 32, 64)},
 })
-DEFAULTS = SWEEPS["nb8-k8-spread2.5-deep512-match10-bal32"]  # dyn_adaptive's defaults since 1752def
+DEFAULTS = SWEEPS["nb8-k8-spread2.5-deep512-match10-bal32"]  # the defaults, 1752def to 32ccbee
 SWEEPS.update({  # the deep layers' source weight beside the class-balanced deep window
     **{f"bal-alpha{a}": {**DEFAULTS, "alpha": a} for a in (0.4, 0.5, 0.6, 0.7, 0.9)},
     **{f"bal-deep{w}": {**DEFAULTS, "deep_source_weight": w} for w in ("size", "shift")},
@@ -134,7 +134,8 @@ SWEEPS.update({  # the deep layers' source weight beside the class-balanced deep
                              "balance_power": float(p)}
        for a in (0.2, 0.4, 0.5, 0.6) for p in (1, 2, 3)},
 })
-SWEEPS["labels-deep256"] = {**SWEEPS["labels-a0.4-p2"], "deep_window": 256}  # since 32ccbee
+# labels-a0.4-p2: the defaults since 32ccbee; with a shorter deep window
+SWEEPS["labels-deep256"] = {**SWEEPS["labels-a0.4-p2"], "deep_window": 256}
 VARIANTS.update(SWEEPS)
 
 

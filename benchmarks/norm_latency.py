@@ -22,8 +22,6 @@ from dyntta.models import Normalized, build
 METHODS = {name: (name, {}) for name in ("source", "tbn", "alpha_bn", "dyn", "dyn_adaptive", "datta")}
 # the cost of dyn_adaptive's label rule: the same with DYN's fixed deep weight
 METHODS["dyn_adaptive fixed"] = ("dyn_adaptive", {"deep_source_weight": "fixed"})
-# the repeated batch fills dyn_adaptive's deep window with copies of itself, which the match all
-# keeps (and the balance up to 32 per predicted class): the window at its largest cost
 
 
 def time_methods(arch: str, batch: int, repeats: int, warmup: int, clock) -> dict[str, float]:
@@ -31,6 +29,8 @@ def time_methods(arch: str, batch: int, repeats: int, warmup: int, clock) -> dic
     model = Normalized(build(arch), (0.5,) * 3, (0.25,) * 3).eval()
     methods = {label: dyntta.adapt(model, name, **options)
                for label, (name, options) in METHODS.items()}
+    # one batch, repeated: it fills dyn_adaptive's deep window with copies of itself, which the
+    # match all keeps (and the balance up to 32 per predicted class): the window's largest cost
     x = torch.rand(batch, 3, 32, 32)
     times: dict[str, list[float]] = {name: [] for name in METHODS}
     with torch.inference_mode():
