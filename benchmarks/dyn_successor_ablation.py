@@ -136,6 +136,8 @@ SWEEPS.update({  # the deep layers' source weight beside the class-balanced deep
 })
 # labels-a0.4-p2: the defaults since 32ccbee; with a shorter deep window
 SWEEPS["labels-deep256"] = {**SWEEPS["labels-a0.4-p2"], "deep_window": 256}
+# ... with the deep window judged against the batch alone (not the topped-up pool)
+SWEEPS["labels-matchbatch"] = {**SWEEPS["labels-a0.4-p2"], "deep_match_reference": "batch"}
 VARIANTS.update(SWEEPS)
 
 

@@ -70,6 +70,22 @@ def test_deep_window_sets_the_window_of_the_layers_that_do_not_cluster(deep_wind
     assert kept == {(True, 6), (False, expected)}
 
 
+@pytest.mark.parametrize("shallow_window, expected", [(None, 6), (0, 0), (10, 10)])
+def test_shallow_window_sets_the_window_of_the_layers_that_cluster(shallow_window, expected):
+    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=0.5, window=6,
+                          deep_window=20, shallow_window=shallow_window)
+    assert {(layer.cluster, layer.window) for layer in cabn_layers(method)} == {
+        (True, expected), (False, 20)}
+    with torch.no_grad():
+        for seed in range(8):
+            method(random_images(4, seed=seed))
+    kept = {(layer.cluster, 0 if layer.window_mean is None else layer.window_mean.shape[0])
+            for layer in cabn_layers(method)}
+    assert kept == {(True, expected), (False, 20)}
+    # the labels rule reads the last `window` predictions, and the match keeps a pool of `window`
+    assert method._recent.shape[0] == 6 and method._signature.pool == 6
+
+
 def test_window_state_is_cleared_by_reset():
     method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", window=6, deep_window=None)
     stream = [random_images(b, seed=b) for b in (1, 3, 4)]
@@ -96,7 +112,9 @@ def test_window_lets_one_sample_batches_use_past_samples():
                {"source_weight": "both"}, {"merge_levels": -1},
                {"deep_source_weight": "deep"}, {"instance_layers": "deep"}, {"neighbours": -1},
                {"deep_window": -1}, {"deep_balance": 0}, {"balanced_alpha": 1.5},
-               {"balance_power": -1.0}]
+               {"balance_power": -1.0}, {"shallow_window": -1},
+               {"deep_match_reference": "window"}, {"spread_per": "sample"},
+               {"instance_around": "source"}]
 )
 def test_bad_options_are_named(option):
     with pytest.raises(ValueError, match=next(iter(option))):
@@ -127,6 +145,12 @@ def test_deep_match_links_the_last_clustering_layer_to_the_deep_ones():
             assert balance is None or (deep.within is match and deep.per_class == balance)
             assert [layer.match is deep for layer in layers] == [not layer.cluster for layer in
                                                                  layers]
+
+
+@pytest.mark.parametrize("reference", ["pool", "batch"])
+def test_deep_match_reference_reaches_the_filter(reference):
+    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", deep_match_reference=reference)
+    assert method._signature.reference == reference
 
 
 def test_deep_match_keeps_a_window_that_repeats_the_batch():

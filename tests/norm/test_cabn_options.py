@@ -160,12 +160,14 @@ def iabn_reference(mu, s2, ref_mean, ref_var, length, k, eps):
 
 @pytest.mark.parametrize("grouping", [{}, {"neighbours": 4}, {"cluster": False}])
 @pytest.mark.parametrize("c", [0.5, 3.0])
-def test_instance_spread_widens_the_band_to_c_observed_deviations(grouping, c):
+@pytest.mark.parametrize("per", ["layer", "channel"])
+def test_instance_spread_widens_the_band_to_c_observed_deviations(grouping, c, per):
     bn = source_bn().double()
     x = mixed_batch(b=10)
     k, length, eps = 2.0, x.shape[2] * x.shape[3], bn.eps
     mu, s2 = x.mean((2, 3)), x.var((2, 3))
-    layer = ClusterAwareBatchNorm2d(bn, instance_k=k, instance_spread=c, **grouping).double()
+    layer = ClusterAwareBatchNorm2d(bn, instance_k=k, instance_spread=c, spread_per=per,
+                                    **grouping).double()
     got = layer.statistics(x)
     plain = ClusterAwareBatchNorm2d(bn, **grouping).double()
     ref_mean, ref_var = plain.statistics(x)
@@ -178,11 +180,32 @@ def test_instance_spread_widens_the_band_to_c_observed_deviations(grouping, c):
         groups = [torch.nonzero(labels == labels[i]).flatten() for i in range(10)]
     spread = torch.stack([mu[g].var(0, unbiased=False) for g in groups])  # (B, C)
     se2 = (s2 + eps) / length
-    rho = torch.tensor([spread[:, ch].mean() / se2[:, ch].mean() for ch in range(6)]).median()
-    band = max(k, c * float(rho.sqrt()))
+    rho = torch.tensor([spread[:, ch].mean() / se2[:, ch].mean() for ch in range(6)])
+    # one band per layer (the median channel's) or each channel's own
+    if per == "channel":
+        band = (c * rho.sqrt()).clamp_min(k)
+    else:
+        band = max(k, c * float(rho.median().sqrt()))
     mean, var = iabn_reference(mu, s2, ref_mean, ref_var, length, band, eps)
     torch.testing.assert_close(got[0], mean)
     torch.testing.assert_close(got[1], var)
+
+
+@pytest.mark.parametrize("grouping", [{}, {"neighbours": 4}, {"cluster": False}])
+def test_instance_rule_around_the_cluster_shrinks_to_its_own_statistics_then_mixes(grouping):
+    bn = source_bn().double()
+    x = mixed_batch(b=10)
+    k, length, eps, alpha = 1.5, x.shape[2] * x.shape[3], bn.eps, 0.7
+    mu, s2 = x.mean((2, 3)), x.var((2, 3))
+    own = ClusterAwareBatchNorm2d(bn, alpha=0.0, **grouping).double()  # the groups' statistics
+    group_mean, group_var = own.statistics(x)
+    mean, var = iabn_reference(mu, s2, group_mean, group_var, length, k, eps)
+    got = ClusterAwareBatchNorm2d(bn, alpha=alpha, instance_k=k, instance_around="cluster",
+                                  **grouping).double().statistics(x)
+    torch.testing.assert_close(got[0], alpha * bn.running_mean.double() + (1 - alpha) * mean)
+    torch.testing.assert_close(got[1], alpha * bn.running_var.double() + (1 - alpha) * var)
+    around_mixed = ClusterAwareBatchNorm2d(bn, alpha=alpha, instance_k=k, **grouping).double()
+    assert not torch.allclose(around_mixed.statistics(x)[0], got[0])
 
 
 def test_instance_spread_zero_is_the_plain_instance_rule_and_large_c_keeps_the_groups():
@@ -286,6 +309,8 @@ def test_label_balance_weight_lies_between_balanced_and_one_and_rises_with_power
         {"instance_k": -1.0},
         {"instance_spread": 2.0},
         {"instance_k": 8.0, "instance_spread": -1.0},
+        {"spread_per": "sample"},
+        {"instance_around": "source"},
         {"window": -2},
     ],
 )

@@ -78,6 +78,10 @@ class DYNAdaptiveConfig:
         c * sqrt(rho))`` standard errors per layer and batch, rho the spread of instance means
         inside each sample's neighbourhood or cluster in units of the squared standard error
         (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`); 2.5. Unused with ``instance_k=None``.
+    spread_per: ``"layer"`` or ``"channel"``: ``instance_spread``'s rho per layer (the median
+        over channels) or per channel (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`).
+    instance_around: ``"mixed"`` or ``"cluster"``: the instance rule around the statistics
+        mixed with the source, or around the group's own before the mix.
     instance_layers: which layers apply the instance-aware rule: ``"all"`` or ``"clustered"``
         (only the layers that cluster).
     cluster_fraction: the first ``round(f * L)`` of the L BN layers (network order) cluster; the
@@ -95,6 +99,8 @@ class DYNAdaptiveConfig:
         predictions (0.4) and its power p (2: the weight leaves 1 as the square of the
         evenness).
     window: samples whose instance statistics each layer keeps and clusters with the batch.
+    shallow_window: the window of the layers that cluster (None: ``window``; the predictions
+        the ``"labels"`` rule reads and the pool ``deep_match`` keeps stay ``window``).
     deep_window: the window of the layers that do not cluster (None: ``window``); 512.
         A longer one averages their statistics over more samples, and so over more classes,
         against label shift, while the shallow layers keep following domain changes (256
@@ -109,6 +115,10 @@ class DYNAdaptiveConfig:
         domain: Wild +1.4 to +4.3, elsewhere 0.0 to -0.6; with 100-row domains single-domain
         batches -0.8 to -1.2 on CIFAR; BENCHMARKS.md, "A long deep window kept to the current
         domain").
+    deep_match_reference: ``"pool"`` (the default) or ``"batch"``: what ``deep_match`` judges
+        the remembered samples against, and which of them it always keeps
+        (:class:`~dyntta.norm.WindowMatch`'s ``reference``). The same at ``window`` or more
+        samples per batch.
     deep_balance: None or n >= 1 (32): the layers that do not cluster keep, of their
         remembered samples, only the n most recent of each class the model predicted
         (:class:`~dyntta.norm.ClassBalance`; NOTE's answer to label shift, a memory balanced over
@@ -127,14 +137,18 @@ class DYNAdaptiveConfig:
     prior_strength: float = 16.0
     instance_k: float | None = 8.0
     instance_spread: float | None = 2.5
+    spread_per: Literal["layer", "channel"] = "layer"
+    instance_around: Literal["mixed", "cluster"] = "mixed"
     instance_layers: Literal["all", "clustered"] = "all"
     cluster_fraction: float = 0.5
     deep_source_weight: Literal["same", "fixed", "size", "shift", "labels"] = "labels"
     balanced_alpha: float = 0.4
     balance_power: float = 2.0
     window: int = 64
+    shallow_window: int | None = None
     deep_window: int | None = 512
     deep_match: float | None = 0.1
+    deep_match_reference: Literal["pool", "batch"] = "pool"
     deep_balance: int | None = 32
     top_up: bool = True
 
@@ -151,12 +165,18 @@ class DYNAdaptiveConfig:
                              f"got {self.instance_layers!r}")
         if self.deep_window is not None and self.deep_window < 0:
             raise ValueError(f"deep_window must be None or >= 0 (samples), got {self.deep_window}")
+        if self.shallow_window is not None and self.shallow_window < 0:
+            raise ValueError("shallow_window must be None or >= 0 (samples), "
+                             f"got {self.shallow_window}")
         if self.deep_match is not None:
             check_unit_interval("deep_match", self.deep_match)
         if self.deep_balance is not None:
             if self.deep_balance < 1:
                 raise ValueError(f"deep_balance must be None or >= 1 (samples per class), "
                                  f"got {self.deep_balance}")
+        if self.deep_match_reference not in ("pool", "batch"):
+            raise ValueError("deep_match_reference must be 'pool' or 'batch', "
+                             f"got {self.deep_match_reference!r}")
         if self.deep_source_weight not in ("same", "fixed", "size", "shift", "labels"):
             raise ValueError("deep_source_weight must be 'same', 'fixed', 'size', 'shift' or "
                              f"'labels', got {self.deep_source_weight!r}")
@@ -168,7 +188,8 @@ class DYNAdaptiveConfig:
             nn.BatchNorm2d(1), self.alpha, self.mix, self.unbiased,
             merge_levels=self.merge_levels, source_weight=self.source_weight,
             prior_strength=self.prior_strength, instance_k=self.instance_k,
-            instance_spread=self.widening, neighbours=self.neighbours, window=self.window,
+            instance_spread=self.widening, spread_per=self.spread_per,
+            instance_around=self.instance_around, neighbours=self.neighbours, window=self.window,
         )
 
 
@@ -194,6 +215,7 @@ class DYNAdaptive(NormalizationMethod):
         self._clustered = round(c.cluster_fraction * n_layers)
         self._built = 0
         self._deep_window = c.window if c.deep_window is None else c.deep_window
+        self._shallow_window = c.window if c.shallow_window is None else c.shallow_window
         self._signature = self._filter = None
         if c.deep_match is not None:
             if not self._clustered:
@@ -201,7 +223,8 @@ class DYNAdaptive(NormalizationMethod):
                                  f"cluster_fraction={c.cluster_fraction} clusters none of the "
                                  f"{n_layers} BN layers: set deep_match=None")
             self._signature = self._filter = WindowMatch(
-                self._deep_window, c.window if c.top_up else 0, c.deep_match)
+                self._deep_window, c.window if c.top_up else 0, c.deep_match,
+                c.deep_match_reference)
         if c.deep_balance is not None:
             self._filter = ClassBalance(self._deep_window, c.deep_balance, self._signature)
         self._recent = None  # with deep_source_weight="labels": the last predicted classes
@@ -219,9 +242,10 @@ class DYNAdaptive(NormalizationMethod):
         layer = ClusterAwareBatchNorm2d(
             bn, c.alpha, c.mix, c.unbiased, merge_levels=c.merge_levels, source_weight=weight,
             prior_strength=c.prior_strength, instance_k=c.instance_k if instance else None,
-            instance_spread=c.widening if instance else None,
+            instance_spread=c.widening if instance else None, spread_per=c.spread_per,
+            instance_around=c.instance_around,
             cluster=cluster, neighbours=c.neighbours if cluster else 0,
-            window=c.window if cluster else self._deep_window,
+            window=self._shallow_window if cluster else self._deep_window,
             top_up=c.top_up,
             signature=self._signature if self._built == self._clustered - 1 else None,
             match=None if cluster else self._filter,

@@ -197,6 +197,10 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             layer of the CIFAR ResNet-20), the band becomes c standard deviations of the
             instance means actually observed, so that only outliers keep their own statistics;
             where rho is small (the digits' single-domain batches: ~1-13) it stays ``instance_k``.
+        spread_per: ``"layer"`` (rho the median over channels: one band per layer) or
+            ``"channel"`` (each channel's own rho and band).
+        instance_around: ``"mixed"``: the instance rule around the statistics mixed with the
+            source; ``"cluster"``: around the cluster's own statistics, which are then mixed.
         cluster: ``False`` puts the whole batch (and window) in one cluster: mixed batch
             statistics, for layers where clustering does not separate domains.
         neighbours: n > 0 replaces the LISC partition by neighbourhoods: each sample's
@@ -239,6 +243,8 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         prior_strength: float = 16.0,
         instance_k: float | None = None,
         instance_spread: float | None = None,
+        spread_per: str = "layer",
+        instance_around: str = "mixed",
         cluster: bool = True,
         neighbours: int = 0,
         window: int = 0,
@@ -262,6 +268,11 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         if instance_spread is not None and (instance_k is None or not instance_spread >= 0):
             raise ValueError("instance_spread must be None or >= 0, and needs instance_k "
                              f"(got instance_spread={instance_spread}, instance_k={instance_k})")
+        if spread_per not in ("layer", "channel"):
+            raise ValueError(f"spread_per must be 'layer' or 'channel', got {spread_per!r}")
+        if instance_around not in ("mixed", "cluster"):
+            raise ValueError(
+                f"instance_around must be 'mixed' or 'cluster', got {instance_around!r}")
         if window < 0:
             raise ValueError(f"window must be >= 0 (samples), got {window}")
         if neighbours < 0:
@@ -280,6 +291,8 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         self.prior_strength = prior_strength
         self.instance_k = instance_k
         self.instance_spread = instance_spread
+        self.spread_per = spread_per
+        self.instance_around = instance_around
         self.cluster = cluster
         self.neighbours = neighbours
         self.window = window
@@ -385,19 +398,25 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         if self.window:
             self.window_mean = self.remember(self.window_mean, mu)
             self.window_var = self.remember(self.window_var, s2)
+        length = x.shape[2] * x.shape[3]
+        instance = self.instance_k is not None and length > 1
+        if instance:
+            if not self.unbiased:  # the rule's standard errors assume the unbiased variance
+                s2 = s2 * (length / (length - 1))
+            k = self.instance_k
+            if widen:
+                rho = spread_ratio(spread, s2.detach(), length, self.eps,
+                                   self.spread_per == "channel")
+                k = torch.clamp(self.instance_spread * rho.sqrt(), min=k)
+            if self.instance_around == "cluster":
+                cluster_mean, cluster_var = shrink_to_reference(
+                    mu, s2, cluster_mean, cluster_var, length, k, self.eps)
         mean = mix(self.running_mean, cluster_mean, a)
         if self.mix_rule == "var":
             var = mix(self.running_var, cluster_var, a)
         else:
             var = mix(self.running_var.sqrt(), cluster_var.sqrt(), a).square()
-        length = x.shape[2] * x.shape[3]
-        if self.instance_k is not None and length > 1:
-            if not self.unbiased:  # the rule's standard errors assume the unbiased variance
-                s2 = s2 * (length / (length - 1))
-            k = self.instance_k
-            if widen:
-                rho = spread_ratio(spread, s2.detach(), length, self.eps)
-                k = torch.clamp(self.instance_spread * rho.sqrt(), min=k)
+        if instance and self.instance_around == "mixed":
             mean, var = shrink_to_reference(mu, s2, mean, var, length, k, self.eps)
         return mean, var
 
@@ -408,6 +427,8 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             "source_weight": (self.source_weight, "fixed"),
             "instance_k": (self.instance_k, None),
             "instance_spread": (self.instance_spread, None),
+            "spread_per": (self.spread_per, "layer"),
+            "instance_around": (self.instance_around, "mixed"),
             "cluster": (self.cluster, True),
             "neighbours": (self.neighbours, 0),
             "window": (self.window, 0),

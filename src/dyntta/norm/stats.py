@@ -99,7 +99,7 @@ def neighbourhood_stats(
 
 
 def spread_ratio(
-    spread: torch.Tensor, var: torch.Tensor, length: int, eps: float
+    spread: torch.Tensor, var: torch.Tensor, length: int, eps: float, per_channel: bool = False
 ) -> torch.Tensor:
     """How much instance means vary, in units of the squared standard error IABN assumes.
 
@@ -113,11 +113,13 @@ def spread_ratio(
     Args:
         spread: (B, C) squared spread of the instance means around each sample's group.
         var: (B, C) instance variances over ``length = H*W`` positions.
+        per_channel: return each channel's ratio, (C,), instead of their median.
 
     Returns:
-        A 0-d tensor (no host round trip).
+        A 0-d tensor (no host round trip), or (C,) with ``per_channel``.
     """
-    return (spread.sum(0) / ((var + eps).sum(0) / length)).median()
+    ratio = spread.sum(0) / ((var + eps).sum(0) / length)
+    return ratio if per_channel else ratio.median()
 
 
 def soft_shrink(d: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
@@ -144,7 +146,7 @@ def shrink_to_reference(
     Args:
         mean, var: (B, C) instance mean and unbiased variance over ``length = H*W`` > 1 positions.
         ref_mean, ref_var: (C,) or (B, C) reference statistics.
-        k: shrink width in standard errors (>= 0; a float or a 0-d tensor).
+        k: shrink width in standard errors (>= 0; a float, a 0-d or a (C,) tensor).
         eps: the BN layer's epsilon.
 
     Returns:
