@@ -30,10 +30,11 @@ from dyntta.bench.stats import difference_interval
 
 DYN_OPTIONS = {"merge_levels": 0, "neighbours": 0, "source_weight": "fixed",
                "prior_strength": 16.0, "instance_k": None, "instance_spread": None,
-               "cluster_fraction": 1.0,
+               "spread_per": "layer", "instance_around": "mixed", "cluster_fraction": 1.0,
                "deep_source_weight": "same", "balanced_alpha": 0.4, "balance_power": 2.0,
-               "instance_layers": "all", "window": 0,
-               "deep_window": None, "deep_match": None, "deep_balance": None,
+               "instance_layers": "all", "window": 0, "shallow_window": None,
+               "deep_window": None, "deep_match": None, "deep_match_reference": "pool",
+               "deep_balance": None,
                "top_up": False}
 """dyn_adaptive with these options is dyn; every variant states all of them (its label means the
 same whatever dyn_adaptive's defaults are)."""
@@ -136,8 +137,22 @@ SWEEPS.update({  # the deep layers' source weight beside the class-balanced deep
 })
 # labels-a0.4-p2: the defaults since 32ccbee; with a shorter deep window
 SWEEPS["labels-deep256"] = {**SWEEPS["labels-a0.4-p2"], "deep_window": 256}
-# ... with the deep window judged against the batch alone (not the topped-up pool)
-SWEEPS["labels-matchbatch"] = {**SWEEPS["labels-a0.4-p2"], "deep_match_reference": "batch"}
+LABELS = SWEEPS["labels-a0.4-p2"]
+SWEEPS.update({
+    # the deep window judged against the batch alone (not the topped-up pool)
+    "labels-matchbatch": {**LABELS, "deep_match_reference": "batch"},
+    # the instance rule around the group's own statistics, before the source is mixed in
+    "labels-aro": {**LABELS, "instance_around": "cluster"},
+    # the instance rule's band per channel, c observed deviations
+    **{f"labels-spc{c:g}": {**LABELS, "spread_per": "channel", "instance_spread": c}
+       for c in (2.0, 2.5, 3.0)},
+    # a longer window in the clustering layers
+    **{f"labels-sw{w}": {**LABELS, "shallow_window": w} for w in (128, 256)},
+    # both: spc2-sw256 is dyn_adaptive's defaults since this commit
+    **{f"labels-spc{c:g}-sw{w}": {**LABELS, "spread_per": "channel", "instance_spread": c,
+                                "shallow_window": w}
+       for c in (1.5, 2.0, 2.5, 3.0) for w in (128, 256, 512)},
+})
 VARIANTS.update(SWEEPS)
 
 

@@ -20,8 +20,9 @@ import dyntta
 from dyntta.models import Normalized, build
 
 METHODS = {name: (name, {}) for name in ("source", "tbn", "alpha_bn", "dyn", "dyn_adaptive", "datta")}
-# the cost of dyn_adaptive's label rule: the same with DYN's fixed deep weight
-METHODS["dyn_adaptive fixed"] = ("dyn_adaptive", {"deep_source_weight": "fixed"})
+# the cost of dyn_adaptive's 256-sample shallow window: its defaults before it (3ccef83)
+METHODS["dyn_adaptive 3ccef83"] = ("dyn_adaptive", {"shallow_window": 64, "spread_per": "layer",
+                                                    "instance_spread": 2.5})
 
 
 def time_methods(arch: str, batch: int, repeats: int, warmup: int, clock) -> dict[str, float]:

@@ -58,7 +58,7 @@ def test_instance_layers_picks_the_layers_with_the_instance_rule(where):
 @pytest.mark.parametrize("deep_window, expected", [(None, 6), (0, 0), (20, 20)])
 def test_deep_window_sets_the_window_of_the_layers_that_do_not_cluster(deep_window, expected):
     method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=0.5, window=6,
-                          deep_window=deep_window)
+                          shallow_window=None, deep_window=deep_window)
     windows = {(layer.cluster, layer.window) for layer in cabn_layers(method)}
     assert windows == {(True, 6), (False, expected)}
     x = random_images(4, seed=3)
@@ -87,7 +87,8 @@ def test_shallow_window_sets_the_window_of_the_layers_that_cluster(shallow_windo
 
 
 def test_window_state_is_cleared_by_reset():
-    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", window=6, deep_window=None)
+    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", window=6, shallow_window=None,
+                          deep_window=None)
     stream = [random_images(b, seed=b) for b in (1, 3, 4)]
     first = [method(x) for x in stream]
     assert all(layer.window_mean.shape[0] == 6 for layer in cabn_layers(method))

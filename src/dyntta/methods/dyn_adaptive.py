@@ -13,12 +13,12 @@ the ablation in BENCHMARKS.md ("DYN successor"):
   rising as the square of their unevenness to 1 where they are all one class (DYN's fixed 0.8
   before the first prediction);
 - every layer then applies NOTE's instance-aware rule around those statistics, at k = 8
-  standard errors, widened per layer and batch to 2.5 standard deviations of the instance means
-  actually observed within each sample's group where those vary more than IABN's standard error
-  assumes (``instance_spread``: correlated positions in natural images);
+  standard errors, widened per channel and batch to 2.5 standard deviations of the instance
+  means actually observed within the samples' groups where those vary more than IABN's standard
+  error assumes (``instance_spread``, ``spread_per``: correlated positions in natural images);
 - every layer keeps the instance means and variances (no feature maps) of its last samples and
-  tops a batch of B samples up with the most recent of them: to 64 samples in the clustering
-  layers (batches of 64 or more are unchanged there), to 512 in the others, which keep of them
+  tops a batch of B samples up with the most recent of them: to 256 samples in the clustering
+  layers, among which each sample finds its 8 nearest, to 512 in the others, which keep of them
   only those that look like the current pool at the last clustering layer (``deep_match``) and,
   of those, the 32 most recent of each class the model predicted (``deep_balance``, NOTE's
   class-balanced memory). The top-up keeps the number of samples behind every statistic at or
@@ -39,7 +39,11 @@ a class-balanced deep window is what closes most of the gap to NOTE (BENCHMARKS.
 instance rule's band from the observed spread, and a class-balanced deep window"); a fixed deep
 source weight trades single-domain batches (which want less of the source) against label
 shift (which wants more), and the evenness of the recent predictions tells the two apart
-(BENCHMARKS.md, "The deep layers' source weight from the evenness of the predictions").
+(BENCHMARKS.md, "The deep layers' source weight from the evenness of the predictions"); one
+band per layer, from the median channel, left the channels whose instance means vary more than
+the median's firing on content (CIFAR), and a single-domain batch of a few samples amid other
+domains (Random, Wild) found only 60 recent samples to take neighbours from (BENCHMARKS.md, "The
+instance band per channel and a 256-sample shallow window").
 """
 
 from __future__ import annotations
@@ -75,11 +79,12 @@ class DYNAdaptiveConfig:
         2.6 points (its standard errors assume independent positions, so on natural images it
         fires on content, not only on shift); ``instance_spread`` resolves it.
     instance_spread: None (off) or c >= 0: widen the instance rule's band to ``max(instance_k,
-        c * sqrt(rho))`` standard errors per layer and batch, rho the spread of instance means
-        inside each sample's neighbourhood or cluster in units of the squared standard error
+        c * sqrt(rho))`` standard errors per layer (or channel) and batch, rho the spread of
+        instance means inside each sample's neighbourhood or cluster in units of the squared
+        standard error
         (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`); 2.5. Unused with ``instance_k=None``.
-    spread_per: ``"layer"`` or ``"channel"``: ``instance_spread``'s rho per layer (the median
-        over channels) or per channel (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`).
+    spread_per: ``"layer"`` or ``"channel"`` (the default): ``instance_spread``'s rho per layer
+        (the median over channels) or per channel (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`).
     instance_around: ``"mixed"`` or ``"cluster"``: the instance rule around the statistics
         mixed with the source, or around the group's own before the mix.
     instance_layers: which layers apply the instance-aware rule: ``"all"`` or ``"clustered"``
@@ -99,8 +104,10 @@ class DYNAdaptiveConfig:
         predictions (0.4) and its power p (2: the weight leaves 1 as the square of the
         evenness).
     window: samples whose instance statistics each layer keeps and clusters with the batch.
-    shallow_window: the window of the layers that cluster (None: ``window``; the predictions
-        the ``"labels"`` rule reads and the pool ``deep_match`` keeps stay ``window``).
+    shallow_window: the window of the layers that cluster (None: ``window``); 256. Their
+        neighbourhoods are the 8 nearest of up to 256 samples, so a small single-domain batch
+        among batches of other domains still finds samples of its own. The predictions the
+        ``"labels"`` rule reads and the pool ``deep_match`` keeps stay ``window``.
     deep_window: the window of the layers that do not cluster (None: ``window``); 512.
         A longer one averages their statistics over more samples, and so over more classes,
         against label shift, while the shallow layers keep following domain changes (256
@@ -137,7 +144,7 @@ class DYNAdaptiveConfig:
     prior_strength: float = 16.0
     instance_k: float | None = 8.0
     instance_spread: float | None = 2.5
-    spread_per: Literal["layer", "channel"] = "layer"
+    spread_per: Literal["layer", "channel"] = "channel"
     instance_around: Literal["mixed", "cluster"] = "mixed"
     instance_layers: Literal["all", "clustered"] = "all"
     cluster_fraction: float = 0.5
@@ -145,7 +152,7 @@ class DYNAdaptiveConfig:
     balanced_alpha: float = 0.4
     balance_power: float = 2.0
     window: int = 64
-    shallow_window: int | None = None
+    shallow_window: int | None = 256
     deep_window: int | None = 512
     deep_match: float | None = 0.1
     deep_match_reference: Literal["pool", "batch"] = "pool"
@@ -198,9 +205,9 @@ class DYNAdaptive(NormalizationMethod):
     """Beyond the DYN paper: DYN's cluster-aware BN with size-weighted 8-sample neighbourhoods in
     the shallow half of the layers, mixed batch statistics in the deep half (source weight from
     the evenness of the recent predictions), NOTE's instance
-    rule (k = 8, widened to 2.5 observed deviations), a window that tops small batches up to 64
-    samples' statistics and, in the deep half, a 512-sample window kept to the current domain
-    and balanced over the predicted classes.
+    rule (k = 8, widened per channel to 2.5 observed deviations), a window of 256 samples in the
+    shallow half and, in the deep half, a 512-sample window kept to the current domain and
+    balanced over the predicted classes.
 
     Every BN layer becomes a :class:`~dyntta.norm.ClusterAwareBatchNorm2d` with the options of
     the config (module docstring: the rules and their measured motivation).

@@ -189,8 +189,8 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             statistics (:func:`~dyntta.norm.stats.shrink_to_reference`, the cluster in place
             of IABN's batch); 1x1 maps keep the cluster statistics.
         instance_spread: ``None`` (DYN) or c >= 0, with ``instance_k``: widen the instance rule's
-            band, per layer and batch, to ``max(instance_k, c * sqrt(rho))`` standard errors,
-            where ``rho`` (:func:`~dyntta.norm.stats.spread_ratio`) is the spread of instance
+            band, per layer (or channel: ``spread_per``) and batch, to
+            ``max(instance_k, c * sqrt(rho))`` standard errors, where ``rho`` (:func:`~dyntta.norm.stats.spread_ratio`) is the spread of instance
             means inside each sample's cluster or neighbourhood in units of IABN's squared
             standard error. IABN's standard error assumes independent positions; where the
             positions of a map are correlated (natural images: rho ~ 100-500 at the first BN
