@@ -190,11 +190,12 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             of IABN's batch); 1x1 maps keep the cluster statistics.
         instance_spread: ``None`` (DYN) or c >= 0, with ``instance_k``: widen the instance rule's
             band, per layer (or channel: ``spread_per``) and batch, to
-            ``max(instance_k, c * sqrt(rho))`` standard errors, where ``rho`` (:func:`~dyntta.norm.stats.spread_ratio`) is the spread of instance
-            means inside each sample's cluster or neighbourhood in units of IABN's squared
-            standard error. IABN's standard error assumes independent positions; where the
-            positions of a map are correlated (natural images: rho ~ 100-500 at the first BN
-            layer of the CIFAR ResNet-20), the band becomes c standard deviations of the
+            ``max(instance_k, c * sqrt(rho))`` standard errors, where ``rho``
+            (:func:`~dyntta.norm.stats.spread_ratio`) is the spread of instance means inside
+            each sample's cluster or neighbourhood in units of IABN's squared standard error.
+            IABN's standard error assumes independent positions; where the positions of a map
+            are correlated (natural images: rho ~ 100-500 at the first BN layer of the CIFAR
+            ResNet-20), the band becomes c standard deviations of the
             instance means actually observed, so that only outliers keep their own statistics;
             where rho is small (the digits' single-domain batches: ~1-13) it stays ``instance_k``.
         spread_per: ``"layer"`` (rho the median over channels: one band per layer) or
