@@ -19,14 +19,27 @@ def observed(match: WindowMatch, batches: list[np.ndarray]) -> WindowMatch:
     return match
 
 
+def random_stream(seed: int, batch_size: int, n_batches: int) -> tuple[list, int, np.ndarray]:
+    """Batches of 3-d rows around a random centre each, the window that holds all but the last,
+    and all the rows in order."""
+    rng = np.random.default_rng(seed)
+    batches = [rng.normal(size=(batch_size, 3)) + rng.normal(size=3) for _ in range(n_batches)]
+    return batches, batch_size * (n_batches - 1), np.concatenate(batches)
+
+
+def nearest_other_quantile(members: np.ndarray, quantile: float) -> float:
+    """The quantile of the (unit) members' best cosines to another member."""
+    nearest_other = [max(a @ b for j, b in enumerate(members) if j != i)
+                     for i, a in enumerate(members)]
+    return np.quantile(nearest_other, quantile)  # numpy's default is torch's "linear"
+
+
 def kept_by_the_rule(rows: np.ndarray, n_pool: int, quantile: float) -> list[bool]:
     """The rule read directly: an older row stays when its best cosine to the pool reaches the
     quantile of the pool members' best cosines to another member."""
     unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
     older, pool = unit[:-n_pool], unit[-n_pool:]
-    nearest_other = [max(pool[i] @ pool[j] for j in range(n_pool) if j != i)
-                     for i in range(n_pool)]
-    threshold = np.quantile(nearest_other, quantile)  # numpy's default is torch's "linear"
+    threshold = nearest_other_quantile(pool, quantile)
     return [max(row @ member for member in pool) >= threshold for row in older]
 
 
@@ -34,12 +47,9 @@ def kept_by_the_rule(rows: np.ndarray, n_pool: int, quantile: float) -> list[boo
 @given(st.integers(0, 10_000), st.integers(1, 6), st.integers(1, 4), st.integers(0, 8),
        st.floats(0.0, 1.0))
 def test_keep_follows_the_rule(seed, batch_size, n_batches, pool, quantile):
-    rng = np.random.default_rng(seed)
-    batches = [rng.normal(size=(batch_size, 3)) + rng.normal(size=3) for _ in range(n_batches)]
-    memory = batch_size * (n_batches - 1)
+    batches, memory, rows = random_stream(seed, batch_size, n_batches)
     match = observed(WindowMatch(memory, pool, quantile), batches)
     kept = match.keep(memory, batch_size).tolist()
-    rows = np.concatenate(batches)
     n_pool = min(len(rows), max(pool, batch_size))
     expected = kept_by_the_rule(rows, n_pool, quantile) if n_pool >= 2 else []
     # the most recent window rows fill the pool: they always stay
@@ -53,10 +63,7 @@ def kept_against_the_batch(rows: np.ndarray, n_window: int, batch_size: int, n_p
     pool's with one member); the most recent rows that fail fill up to ``n_pool - batch_size``."""
     unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
     window, batch = unit[:n_window], unit[n_window:]
-    members = batch if batch_size >= 2 else unit[-n_pool:]
-    nearest_other = [max(a @ b for j, b in enumerate(members) if j != i)
-                     for i, a in enumerate(members)]
-    threshold = np.quantile(nearest_other, quantile)
+    threshold = nearest_other_quantile(batch if batch_size >= 2 else unit[-n_pool:], quantile)
     passed = [max(row @ member for member in batch) >= threshold for row in window]
     room = n_pool - batch_size - sum(passed)
     for i in reversed(range(n_window)):
@@ -69,12 +76,9 @@ def kept_against_the_batch(rows: np.ndarray, n_window: int, batch_size: int, n_p
 @given(st.integers(0, 10_000), st.integers(1, 6), st.integers(2, 4), st.integers(0, 12),
        st.floats(0.0, 1.0))
 def test_keep_against_the_batch_follows_its_rule(seed, batch_size, n_batches, pool, quantile):
-    rng = np.random.default_rng(seed)
-    batches = [rng.normal(size=(batch_size, 3)) + rng.normal(size=3) for _ in range(n_batches)]
-    memory = batch_size * (n_batches - 1)
+    batches, memory, rows = random_stream(seed, batch_size, n_batches)
     by_batch = observed(WindowMatch(memory, pool, quantile, "batch"), batches)
     by_pool = observed(WindowMatch(memory, pool, quantile), batches)
-    rows = np.concatenate(batches)
     n_pool = min(len(rows), max(pool, batch_size))
     kept = by_batch.keep(memory, batch_size)
     if n_pool == batch_size:  # nothing to top up: the two references are one rule

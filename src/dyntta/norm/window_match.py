@@ -78,7 +78,6 @@ class WindowMatch:
                                "layer must run before the layers that keep")
         rows = self.current[self.current.shape[0] - n_window - batch_size :]
         n_pool = min(n_window + batch_size, max(self.pool, batch_size))
-        kept = torch.ones(n_window, dtype=torch.bool, device=rows.device)
         if self.reference == "batch" and n_pool > batch_size:
             batch = rows[-batch_size:]
             passed = (rows[:n_window] @ batch.T).max(1).values >= self.threshold(
@@ -86,6 +85,7 @@ class WindowMatch:
             short = n_pool - batch_size - passed.sum()  # top up with the most recent others
             return passed | ((~passed).flip(0).cumsum(0).flip(0) <= short)
         older, pool = rows[:-n_pool], rows[-n_pool:]
+        kept = torch.ones(n_window, dtype=torch.bool, device=rows.device)
         if older.shape[0] == 0 or n_pool < 2:
             return kept
         kept[: older.shape[0]] = (older @ pool.T).max(1).values >= self.threshold(pool)
