@@ -135,10 +135,14 @@ SWEEPS.update({  # the deep layers' source weight beside the class-balanced deep
                              "balance_power": float(p)}
        for a in (0.2, 0.4, 0.5, 0.6) for p in (1, 2, 3)},
 })
-# labels-a0.4-p2: the defaults since 32ccbee; with a shorter deep window
-SWEEPS["labels-deep256"] = {**SWEEPS["labels-a0.4-p2"], "deep_window": 256}
-LABELS = SWEEPS["labels-a0.4-p2"]
+LABELS = SWEEPS["labels-a0.4-p2"]  # the defaults, 32ccbee to 3ccef83
 SWEEPS.update({
+    "labels-deep256": {**LABELS, "deep_window": 256},
+    # the instance rule off, in the clustering layers only, at k = 16, at c = 4
+    "labels-noiabn": {**LABELS, "instance_k": None},
+    "labels-iabnshallow": {**LABELS, "instance_layers": "clustered"},
+    "labels-k16": {**LABELS, "instance_k": 16.0},
+    "labels-spread4": {**LABELS, "instance_spread": 4.0},
     # the deep window judged against the batch alone (not the topped-up pool)
     "labels-matchbatch": {**LABELS, "deep_match_reference": "batch"},
     # the instance rule around the group's own statistics, before the source is mixed in
@@ -148,7 +152,7 @@ SWEEPS.update({
        for c in (2.0, 2.5, 3.0)},
     # a longer window in the clustering layers
     **{f"labels-sw{w}": {**LABELS, "shallow_window": w} for w in (128, 256)},
-    # both: spc2-sw256 is dyn_adaptive's defaults since this commit
+    # both: spc2.5-sw256 is dyn_adaptive's defaults since 591051b
     **{f"labels-spc{c:g}-sw{w}": {**LABELS, "spread_per": "channel", "instance_spread": c,
                                 "shallow_window": w}
        for c in (1.5, 2.0, 2.5, 3.0) for w in (128, 256, 512)},

@@ -81,8 +81,8 @@ class DYNAdaptiveConfig:
     instance_spread: None (off) or c >= 0: widen the instance rule's band to ``max(instance_k,
         c * sqrt(rho))`` standard errors per layer (or channel) and batch, rho the spread of
         instance means inside each sample's neighbourhood or cluster in units of the squared
-        standard error
-        (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`); 2.5. Unused with ``instance_k=None``.
+        standard error (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`); 2.5. Unused with
+        ``instance_k=None``.
     spread_per: ``"layer"`` or ``"channel"`` (the default): ``instance_spread``'s rho per layer
         (the median over channels) or per channel (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`).
     instance_around: ``"mixed"`` or ``"cluster"``: the instance rule around the statistics
@@ -96,10 +96,10 @@ class DYNAdaptiveConfig:
         follows how evenly the model's last ``window`` predictions spread over the classes,
         from ``balanced_alpha`` (every class alike) to 1 (one class)
         (:func:`~dyntta.norm.mixing.label_balance_weight`; ``alpha`` before the first batch;
-        the default). There the one cluster is the whole batch (and window), whose statistics follow the
-        batch's labels: a weight that falls with its size let label shift through, and a fixed
-        0.8 costs single-domain batches with balanced labels (measured: Wild and continual,
-        BENCHMARKS.md).
+        the default). There the one cluster is the whole batch (and window), whose statistics
+        follow the batch's labels: a weight that falls with its size let label shift through,
+        and a fixed 0.8 costs single-domain batches with balanced labels (measured: Wild and
+        continual, BENCHMARKS.md).
     balanced_alpha, balance_power: the ``"labels"`` rule's source weight for perfectly even
         predictions (0.4) and its power p (2: the weight leaves 1 as the square of the
         evenness).
@@ -204,10 +204,9 @@ class DYNAdaptiveConfig:
 class DYNAdaptive(NormalizationMethod):
     """Beyond the DYN paper: DYN's cluster-aware BN with size-weighted 8-sample neighbourhoods in
     the shallow half of the layers, mixed batch statistics in the deep half (source weight from
-    the evenness of the recent predictions), NOTE's instance
-    rule (k = 8, widened per channel to 2.5 observed deviations), a window of 256 samples in the
-    shallow half and, in the deep half, a 512-sample window kept to the current domain and
-    balanced over the predicted classes.
+    the evenness of the recent predictions), NOTE's instance rule (k = 8, widened per channel to
+    2.5 observed deviations), a window of 256 samples in the shallow half and, in the deep half,
+    a 512-sample window kept to the current domain and balanced over the predicted classes.
 
     Every BN layer becomes a :class:`~dyntta.norm.ClusterAwareBatchNorm2d` with the options of
     the config (module docstring: the rules and their measured motivation).

@@ -195,8 +195,8 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             each sample's cluster or neighbourhood in units of IABN's squared standard error.
             IABN's standard error assumes independent positions; where the positions of a map
             are correlated (natural images: rho ~ 100-500 at the first BN layer of the CIFAR
-            ResNet-20), the band becomes c standard deviations of the
-            instance means actually observed, so that only outliers keep their own statistics;
+            ResNet-20), the band becomes c standard deviations of the instance means actually
+            observed, so that only outliers keep their own statistics;
             where rho is small (the digits' single-domain batches: ~1-13) it stays ``instance_k``.
         spread_per: ``"layer"`` (rho the median over channels: one band per layer) or
             ``"channel"`` (each channel's own rho and band).
