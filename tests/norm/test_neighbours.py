@@ -45,11 +45,13 @@ def test_neighbourhood_stats_are_the_statistics_of_the_pooled_pixels():
         7, 1, 1, 1) + torch.arange(7).view(7, 1, 1, 1)
     mu, s2 = instance_stats(x, unbiased=False)
     index = torch.tensor([[0, 3, 6], [2, 2, 5], [4, 1, 0]])
-    mean, var = neighbourhood_stats(mu, s2, index)
+    mean, var, spread = neighbourhood_stats(mu, s2, index)
     for i, rows in enumerate(index.tolist()):
         pixels = torch.cat([x[j] for j in rows], dim=1)  # (C, len(rows) * H, W)
         torch.testing.assert_close(mean[i], pixels.mean((1, 2)))
         torch.testing.assert_close(var[i], pixels.var((1, 2), unbiased=False))
+        # the spread of the members' means: their variance, repeats counted as often as named
+        torch.testing.assert_close(spread[i], mu[rows].var(0, unbiased=False))
 
 
 @pytest.mark.parametrize("source_weight", ["fixed", "size"])

@@ -45,6 +45,8 @@ class ClassBalance:
     def reset(self) -> None:
         """Forget every class."""
         self.classes: torch.Tensor | None = None  # (N,) int64, oldest first
+        # keep()'s answers since the last record(), with the ``within`` decision each came from
+        self.decided: dict[tuple[int, int], tuple[torch.Tensor | None, torch.Tensor]] = {}
 
     def record(self, classes: torch.Tensor, num_classes: int) -> None:
         """Append the (B,) predicted classes, in ``0..num_classes-1``, of the batch just
@@ -54,21 +56,31 @@ class ClassBalance:
         if self.classes is not None:
             classes = torch.cat([self.classes, classes])
         self.classes = classes[-self.memory :] if self.memory else classes[:0]
+        self.decided = {}
 
     def keep(self, n_window: int, batch_size: int) -> torch.Tensor:
         """(n_window,) bool: which of a layer's last ``n_window`` remembered samples (oldest
         first; the current batch of ``batch_size`` is not among them) to keep: the
-        ``per_class`` most recent of each predicted class (among those ``within`` keeps)."""
+        ``per_class`` most recent of each predicted class (among those ``within`` keeps).
+        Computed once per recorded batch for all the layers that ask (again only where
+        ``within`` has decided anew)."""
         if self.classes is None or self.classes.shape[0] < n_window:
             raise RuntimeError("ClassBalance.keep needs the predicted classes of every remembered "
                                "sample: record() must follow each forward")
+        within = None if self.within is None else self.within.keep(n_window, batch_size)
+        answer = self.decided.get((n_window, batch_size))
+        if answer is not None and answer[0] is within:
+            return answer[1]
         classes = self.classes[self.classes.shape[0] - n_window :]
-        if self.within is not None:
-            kept = self.within.keep(n_window, batch_size)
-        else:
-            kept = torch.ones(n_window, dtype=torch.bool, device=classes.device)
-        if n_window == 0:
-            return kept
+        kept = torch.ones(n_window, dtype=torch.bool, device=classes.device) \
+            if within is None else within
+        if n_window:
+            kept = self.balance(classes, kept)
+        self.decided[n_window, batch_size] = within, kept
+        return kept
+
+    def balance(self, classes: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+        """Of the ``kept`` rows, those among the ``per_class`` most recent of their class."""
         one_hot = torch.nn.functional.one_hot(classes, self.num_classes) * kept[:, None]  # (n, K)
         later = one_hot.flip(0).cumsum(0).flip(0)  # kept same-class samples at or after a row
         return kept & ((later * one_hot).sum(1) <= self.per_class)

@@ -312,11 +312,6 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         if self.signature is not None:
             self.signature.reset()
 
-    def remember(self, kept: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
-        """The last ``window`` rows of ``kept`` (None: nothing yet) followed by ``new``."""
-        rows = new.detach() if kept is None else torch.cat([kept, new.detach()])
-        return rows[-self.window :]
-
     def labels(self, mu: torch.Tensor) -> torch.Tensor:
         """(N,) cluster labels of detached instance means ``mu: (N, C)``."""
         if not self.cluster:
@@ -349,26 +344,27 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         b = x.shape[0]
         dropped = None  # (N,) bool: window rows that stay out of every statistic
         extra = max(0, self.window - b) if self.top_up else self.window
+        # the remembered rows and the batch: a suffix of everything seen, at least the last
+        # `window` rows of it, so the window to remember is its tail
+        pool_mu, pool_s2 = mu, s2
         if extra and self.window_mean is not None:
-            old_mu, old_s2 = self.window_mean[-extra:], self.window_var[-extra:]
-            if self.match is not None:
-                kept = self.match.keep(old_mu.shape[0], b)
-                if self.cluster:
-                    old_mu, old_s2 = old_mu[kept], old_s2[kept]
-                else:  # dropped rows become singletons: no data-dependent shape to compile
-                    dropped = torch.cat([~kept, kept.new_zeros(b)])
-            all_mu = torch.cat([old_mu, mu])
-            all_s2 = torch.cat([old_s2, s2])
-        else:
-            all_mu, all_s2 = mu, s2
+            pool_mu = torch.cat([self.window_mean[-extra:], mu])
+            pool_s2 = torch.cat([self.window_var[-extra:], s2])
+        all_mu, all_s2 = pool_mu, pool_s2
+        if self.match is not None and pool_mu.shape[0] > b:
+            kept = self.match.keep(pool_mu.shape[0] - b, b)
+            if self.cluster:
+                keep_rows = torch.cat([kept, kept.new_ones(b)])
+                all_mu, all_s2 = pool_mu[keep_rows], pool_s2[keep_rows]
+            else:  # dropped rows become singletons: no data-dependent shape to compile
+                dropped = torch.cat([~kept, kept.new_zeros(b)])
         widen = self.instance_spread is not None
         spread = None  # with instance_spread: the variance of instance means in each group
         if self.neighbours:
             index = nearest_neighbours(all_mu.detach(), self.neighbours, b)
-            cluster_mean, cluster_var = neighbourhood_stats(all_mu, all_s2, index)
+            cluster_mean, cluster_var, spread = neighbourhood_stats(all_mu, all_s2, index)
             a = self.weight_of_source(mu.detach(), cluster_mean.detach(), index.shape[1])
-            if widen:
-                spread = neighbourhood_stats(all_mu.detach(), torch.zeros_like(all_s2), index)[1]
+            spread = spread.detach() if widen else None
         elif not self.cluster and self.source_weight != "shift":
             # one cluster of the kept rows: weighted means, O(N) instead of the (N, N) product
             weight = all_mu.new_ones(all_mu.shape[0]) if dropped is None else \
@@ -397,8 +393,8 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             if widen:
                 spread = cluster_stats(all_mu.detach(), torch.zeros_like(all_s2), labels)[1][-b:]
         if self.window:
-            self.window_mean = self.remember(self.window_mean, mu)
-            self.window_var = self.remember(self.window_var, s2)
+            self.window_mean = pool_mu.detach()[-self.window :]
+            self.window_var = pool_s2.detach()[-self.window :]
         length = x.shape[2] * x.shape[3]
         instance = self.instance_k is not None and length > 1
         if instance:

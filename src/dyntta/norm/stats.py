@@ -79,11 +79,12 @@ def cluster_stats(
 
 def neighbourhood_stats(
     mean: torch.Tensor, var: torch.Tensor, index: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Statistics of each query's neighbourhood, from the pool's instance statistics.
 
     For query i with neighbours S_i (rows ``index[i]``): ``m_i = mean_{j in S_i} mu_j`` and, by
-    the law of total variance, ``v_i = mean_{j in S_i} (s2_j + (mu_j - m_i)^2)``. Unlike
+    the law of total variance, ``v_i = mean_{j in S_i} (s2_j + (mu_j - m_i)^2)``, whose second
+    term ``d_i = mean_{j in S_i} (mu_j - m_i)^2`` is the spread of the instance means. Unlike
     :func:`cluster_stats`, neighbourhoods may overlap, so each is reduced on its own.
 
     Args:
@@ -91,11 +92,12 @@ def neighbourhood_stats(
         index: (B, n) int64 rows of the pool in each query's neighbourhood.
 
     Returns:
-        ``(m, v)``, each (B, C).
+        ``(m, v, d)``, each (B, C).
     """
     members = mean[index]  # (B, n, C)
     centre = members.mean(1)
-    return centre, (var[index] + (members - centre[:, None]).square()).mean(1)
+    deviation = (members - centre[:, None]).square()
+    return centre, (var[index] + deviation).mean(1), deviation.mean(1)
 
 
 def spread_ratio(
