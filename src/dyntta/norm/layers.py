@@ -342,7 +342,7 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         if self.signature is not None:
             self.signature.observe(mu)
         b = x.shape[0]
-        dropped = None  # (N,) bool: window rows that stay out of every statistic
+        kept_rows = None  # (N,) bool: the rows that enter the statistics (None: all)
         extra = max(0, self.window - b) if self.top_up else self.window
         # the remembered rows and the batch: a suffix of everything seen, at least the last
         # `window` rows of it, so the window to remember is its tail
@@ -353,11 +353,11 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         all_mu, all_s2 = pool_mu, pool_s2
         if self.match is not None and pool_mu.shape[0] > b:
             kept = self.match.keep(pool_mu.shape[0] - b, b)
+            kept_rows = torch.cat([kept, kept.new_ones(b)])
             if self.cluster:
-                keep_rows = torch.cat([kept, kept.new_ones(b)])
-                all_mu, all_s2 = pool_mu[keep_rows], pool_s2[keep_rows]
-            else:  # dropped rows become singletons: no data-dependent shape to compile
-                dropped = torch.cat([~kept, kept.new_zeros(b)])
+                all_mu, all_s2 = pool_mu[kept_rows], pool_s2[kept_rows]
+                kept_rows = None
+            # else the dropped rows become singletons: no data-dependent shape to compile
         widen = self.instance_spread is not None
         spread = None  # with instance_spread: the variance of instance means in each group
         if self.neighbours:
@@ -367,8 +367,8 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             spread = spread.detach() if widen else None
         elif not self.cluster and self.source_weight != "shift":
             # one cluster of the kept rows: weighted means, O(N) instead of the (N, N) product
-            weight = all_mu.new_ones(all_mu.shape[0]) if dropped is None else \
-                (~dropped).to(all_mu.dtype)
+            weight = all_mu.new_ones(all_mu.shape[0]) if kept_rows is None else \
+                kept_rows.to(all_mu.dtype)
             size = weight.sum()
             centre = weight @ all_mu / size
             deviation = (all_mu - centre).square()
@@ -380,9 +380,9 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
                 spread = (weight @ deviation.detach() / size).expand(b, -1)
         else:
             labels = self.labels(all_mu.detach())
-            if dropped is not None:
+            if kept_rows is not None:
                 singles = torch.arange(1, labels.shape[0] + 1, device=labels.device)
-                labels = torch.where(dropped, singles, labels)
+                labels = torch.where(kept_rows, labels, singles)
             self.last_labels = labels[-b:]
             cluster_mean, cluster_var = cluster_stats(all_mu, all_s2, labels)
             sizes = same_cluster(labels).sum(1, keepdim=True).to(mu.dtype)

@@ -126,7 +126,7 @@ def spread_ratio(
 
 def soft_shrink(d: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
     """``sign(d) * max(|d| - threshold, 0)`` element-wise; ``threshold`` >= 0 broadcasts."""
-    return d - torch.minimum(torch.maximum(d, -threshold), threshold)
+    return d - torch.clamp(d, -threshold, threshold)
 
 
 def shrink_to_reference(
