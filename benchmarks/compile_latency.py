@@ -18,13 +18,13 @@ the input value check (``check_values``, one ``aminmax``) relative to the source
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import time
 
 import torch
 
 import dyntta
+from dyntta.bench.stats import median_interval
 from dyntta.methods.base import check_values
 from dyntta.models import Normalized, build
 
@@ -36,15 +36,10 @@ def graphs_compiled() -> int:
     return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
 
 
-def interval(ratios: list[float], resamples: int = 2000, seed: int = 0) -> str:
+def interval(ratios: list[float]) -> str:
     """Median of ``ratios`` with a 95% percentile bootstrap interval of the median."""
-    median = statistics.median(ratios)
-    if len(ratios) < 2:
-        return f"{median:.2f}"
-    rng = random.Random(seed)
-    boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios)))
-                  for _ in range(resamples))
-    return f"{median:.2f} [{boot[int(0.025 * resamples)]:.2f}, {boot[int(0.975 * resamples)]:.2f}]"
+    median, low, high = median_interval(ratios)
+    return f"{median:.2f}" if len(ratios) < 2 else f"{median:.2f} [{low:.2f}, {high:.2f}]"
 
 
 def run(arch: str, methods: list[str], batch_sizes: list[int], warmup: int, repeats: int,

@@ -157,6 +157,12 @@ SWEEPS.update({
                                 "shallow_window": w}
        for c in (1.5, 2.0, 2.5, 3.0) for w in (128, 256, 512)},
 })
+BAND = SWEEPS["labels-spc2.5-sw256"]  # the defaults since 591051b
+SWEEPS.update({  # the shallow source weight (N / (N + 8)), with the rule around the group
+    "band-size8": {**BAND, "prior_strength": 8.0},
+    **{f"band-aro-size{n}": {**BAND, "instance_around": "cluster", "prior_strength": float(n)}
+       for n in (4, 8)},
+})
 VARIANTS.update(SWEEPS)
 
 

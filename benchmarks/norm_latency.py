@@ -5,7 +5,11 @@
 
 For every (architecture, batch size) the methods are timed interleaved in one process (each
 repeat runs every method once, in turn), so machine load affects them alike; the table reports
-the median latency per batch and its ratio to source and to TBN.
+the median latency per batch, its ratio to source and to TBN, and the median of the per-repeat
+ratios to TBN (each method against the TBN call of the same repeat) with a 95% bootstrap
+interval, which a machine whose speed drifts between repeats moves less. ``--batches 1`` (the
+default) repeats one batch, whose copies fill ``dyn_adaptive``'s deep window and all pass its
+match: the window's largest cost; ``--batches K`` cycles K different batches, as a stream does.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import time
 import torch
 
 import dyntta
+from dyntta.bench.stats import median_interval
 from dyntta.models import Normalized, build
 
 METHODS = {name: (name, {}) for name in ("source", "tbn", "alpha_bn", "dyn", "dyn_adaptive", "datta")}
@@ -25,23 +30,24 @@ METHODS["dyn_adaptive 3ccef83"] = ("dyn_adaptive", {"shallow_window": 64, "sprea
                                                     "instance_spread": 2.5})
 
 
-def time_methods(arch: str, batch: int, repeats: int, warmup: int, clock) -> dict[str, float]:
+def time_methods(arch: str, batch: int, repeats: int, warmup: int, clock, batches: int
+                 ) -> dict[str, list[float]]:
+    """Each method's time per repeat (the repeats' i-th entries were timed in turn)."""
     torch.manual_seed(0)
     model = Normalized(build(arch), (0.5,) * 3, (0.25,) * 3).eval()
     methods = {label: dyntta.adapt(model, name, **options)
                for label, (name, options) in METHODS.items()}
-    # one batch, repeated: it fills dyn_adaptive's deep window with copies of itself, which the
-    # match all keeps (and the balance up to 32 per predicted class): the window's largest cost
-    x = torch.rand(batch, 3, 32, 32)
+    xs = [torch.rand(batch, 3, 32, 32) for _ in range(batches)]
     times: dict[str, list[float]] = {name: [] for name in METHODS}
     with torch.inference_mode():
         for i in range(warmup + repeats):
+            x = xs[i % batches]
             for name, method in methods.items():
                 start = clock()
                 method(x)
                 if i >= warmup:
                     times[name].append(clock() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
 
 
 def main() -> None:
@@ -50,26 +56,33 @@ def main() -> None:
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[16, 64, 256])
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--batches", type=int, default=1,
+                        help="different batches cycled (1: one batch repeated)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="wall: elapsed time; cpu: this process's CPU time (for a shared "
                         "machine, with --threads 1)")
     args = parser.parse_args()
+    if args.batches < 1:
+        parser.error(f"--batches must be >= 1, got {args.batches}")
     if args.threads:
         torch.set_num_threads(args.threads)
     clock = time.perf_counter if args.clock == "wall" else time.process_time
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.clock} clock, "
-          f"median of {args.repeats}")
-    print("| arch | B | method | ms / batch | / source | / TBN |")
-    print("|---|---:|---|---:|---:|---:|")
+          f"median of {args.repeats}, {args.batches} different batch(es)")
+    print("| arch | B | method | ms / batch | / source | / TBN | paired / TBN [95%] |")
+    print("|---|---:|---|---:|---:|---:|---|")
     for arch in args.archs:
         for batch in args.batch_sizes:
             repeats = args.repeats if arch != "resnet50" or batch < 256 else max(3, args.repeats // 3)
-            med = time_methods(arch, batch, repeats, args.warmup, clock)
+            times = time_methods(arch, batch, repeats, args.warmup, clock, args.batches)
+            med = {name: statistics.median(t) for name, t in times.items()}
             for name in METHODS:
+                paired = median_interval([t / u for t, u in zip(times[name], times["tbn"])])
                 print(
                     f"| {arch} | {batch} | {name} | {1e3 * med[name]:.1f} | "
-                    f"{med[name] / med['source']:.2f} | {med[name] / med['tbn']:.2f} |",
+                    f"{med[name] / med['source']:.2f} | {med[name] / med['tbn']:.2f} | "
+                    f"{paired[0]:.3f} [{paired[1]:.3f}, {paired[2]:.3f}] |",
                     flush=True,
                 )
 

@@ -8,7 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from dyntta.bench.stats import bootstrap_interval, difference_interval, seed_interval
+from dyntta.bench.stats import (
+    bootstrap_interval,
+    difference_interval,
+    median_interval,
+    seed_interval,
+)
 
 
 def batches(n_batches, size, p, seed):
@@ -76,6 +81,23 @@ def test_difference_over_several_seeds_is_of_the_mean_over_seeds():
                                     ([c for c, _ in b], [n for _, n in b]), resamples=4000)
     gap = np.mean([c.sum() / n.sum() for c, n in a]) - np.mean([c.sum() / n.sum() for c, n in b])
     assert low < gap < high and high - low < 0.2
+
+
+def test_median_interval_matches_scipy_percentile_bootstrap_of_the_median():
+    ratios = np.random.default_rng(4).lognormal(0.15, 0.05, size=45)
+    median, low, high = median_interval(ratios, resamples=20000)
+    ref = stats.bootstrap((ratios,), np.median, method="percentile", n_resamples=20000,
+                          random_state=np.random.default_rng(5)).confidence_interval
+    assert median == np.median(ratios)
+    assert (low, high) == pytest.approx((ref.low, ref.high), abs=5e-3)  # Monte Carlo error
+    assert low <= median <= high
+
+
+def test_median_interval_of_one_value_has_no_interval_and_constant_values_a_point():
+    assert median_interval([1.2])[0] == 1.2 and np.isnan(median_interval([1.2])[1:]).all()
+    assert median_interval([1.1] * 7) == (1.1, 1.1, 1.1)
+    with pytest.raises(ValueError, match="non-empty 1-D"):
+        median_interval([])
 
 
 def test_bad_inputs_are_errors():

@@ -58,6 +58,25 @@ def percentile_interval(draws: np.ndarray, confidence: float = CONFIDENCE) -> tu
     return float(low), float(high)
 
 
+def median_interval(
+    values: Sequence[float], confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Median of ``values`` (e.g. per-repeat latency ratios of two methods timed in turn) and a
+    percentile bootstrap interval of it; one value gives the interval (nan, nan).
+
+    Returns ``(median, low, high)``.
+    """
+    values = np.asarray(values, dtype=float)
+    if values.ndim != 1 or values.size == 0:
+        raise ValueError(f"values must be a non-empty 1-D sequence, got shape {values.shape}")
+    median = float(np.median(values))
+    if values.size < 2:
+        return median, float("nan"), float("nan")
+    idx = np.random.default_rng(seed).integers(0, values.size, size=(resamples, values.size))
+    return (median, *percentile_interval(np.median(values[idx], axis=1), confidence))
+
+
 def bootstrap_interval(
     correct: Sequence[int], counts: Sequence[int], confidence: float = CONFIDENCE,
     resamples: int = RESAMPLES, seed: int = 0,
