@@ -159,9 +159,9 @@ SWEEPS.update({
 })
 BAND = SWEEPS["labels-spc2.5-sw256"]  # the defaults since 591051b
 SWEEPS.update({  # the shallow source weight (N / (N + 8)), with the rule around the group
-    "band-size8": {**BAND, "prior_strength": 8.0},
+    **{f"band-size{n}": {**BAND, "prior_strength": float(n)} for n in (8, 32)},
     **{f"band-aro-size{n}": {**BAND, "instance_around": "cluster", "prior_strength": float(n)}
-       for n in (4, 8)},
+       for n in (4, 8, 16)},
 })
 VARIANTS.update(SWEEPS)
 
