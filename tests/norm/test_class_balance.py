@@ -39,6 +39,45 @@ def test_keep_is_the_most_recent_per_class_of_each_class(batches, per_class, mem
         assert balance.keep(n_window, 4).tolist() == expected
 
 
+class Decided:
+    """A stand-in for WindowMatch: one decision per window size (the same tensor each time it
+    is asked) until the next batch's."""
+
+    def __init__(self, mask):
+        self.decide(mask)
+
+    def decide(self, mask):
+        self.mask, self.decided = mask, {}
+
+    def keep(self, n_window, batch_size):
+        if n_window not in self.decided:
+            self.decided[n_window] = torch.tensor(self.mask[len(self.mask) - n_window :])
+        return self.decided[n_window]
+
+
+@pytest.mark.parametrize("filtered", [False, True])
+def test_keep_decides_once_per_batch_and_anew_after_record_or_a_new_filter_decision(filtered):
+    within = Decided([True, False, True, True, True, False, True, True]) if filtered else None
+
+    def fresh(classes):  # the answer of a balance that never decided before
+        reference = ClassBalance(8, 1, within)
+        reference.record(torch.tensor(classes), 3)
+        return reference.keep(8, 4)
+
+    classes = [0, 0, 1, 2, 1, 0, 2, 2]
+    balance = ClassBalance(8, 1, within)
+    balance.record(torch.tensor(classes), 3)
+    first = balance.keep(8, 4)
+    assert balance.keep(8, 4) is first  # the other layers of the same batch: no recomputation
+    assert torch.equal(first, fresh(classes))
+    if filtered:
+        within.decide([False, True, True, False, True, True, True, False])
+        assert torch.equal(balance.keep(8, 4), fresh(classes))
+    balance.record(torch.tensor([1, 1]), 3)
+    classes = classes[2:] + [1, 1]
+    assert torch.equal(balance.keep(8, 4), fresh(classes))
+
+
 def test_keep_needs_the_classes_of_every_remembered_sample_and_bad_sizes_are_named():
     balance = ClassBalance(8, 2)
     with pytest.raises(RuntimeError, match="record"):
