@@ -84,6 +84,24 @@ def test_one_graph_serves_every_batch_size_from_16(name):
     assert backend.graphs == 2
 
 
+def test_dyn_adaptive_runs_eager_while_its_windows_fill_then_one_graph():
+    """Its windows grow until full and each new size would be a graph of its own (dynamo stops
+    at 8 and runs eager from there); it runs eager until every window keeps its size."""
+    backend = CountingBackend()
+    options = dict(window=8, shallow_window=16, deep_window=32)
+    model = tiny_resnet()
+    eager = dyntta.adapt(model, "dyn_adaptive", **options)
+    compiled = dyntta.adapt(model, "dyn_adaptive", compile={"backend": backend}, **options)
+    for i in range(12):
+        # B = 4: the 32-sample deep window and class memory are full after 8 batches, and the
+        # signature memory (32, then the batch) holds 36 from the 10th on
+        assert compiled.windows_steady(4) == (i >= 9)
+        x = random_images(4, seed=i)
+        torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)
+    assert backend.graphs == 1
+    assert not compiled.windows_steady(5)  # another batch size: one eager batch, then steady
+
+
 def test_inductor_compiled_cabn_layer_matches_eager():
     """One inductor (C++) compilation, of DYN's layer alone: the whole network takes minutes."""
     bn = randomize_bn(nn.Sequential(nn.BatchNorm2d(4)))[0]

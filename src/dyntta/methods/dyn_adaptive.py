@@ -209,7 +209,9 @@ class DYNAdaptive(NormalizationMethod):
     a 512-sample window kept to the current domain and balanced over the predicted classes.
 
     Every BN layer becomes a :class:`~dyntta.norm.ClusterAwareBatchNorm2d` with the options of
-    the config (module docstring: the rules and their measured motivation).
+    the config (module docstring: the rules and their measured motivation). With
+    ``compile=True`` it runs eager until its windows keep their size (:meth:`windows_steady`),
+    then compiled.
     """
 
     name = "dyn_adaptive"
@@ -259,9 +261,27 @@ class DYNAdaptive(NormalizationMethod):
         self._built += 1
         return layer
 
+    def windows_steady(self, batch_size: int) -> bool:
+        """Whether every window, signature memory and class memory already has the size it keeps
+        from here on, for batches of ``batch_size``. Until then the state the network reads
+        changes shape from batch to batch, and a compiled network would compile a graph per
+        shape (dynamo stops at 8 and runs eager from there)."""
+        for m in self.modules():
+            if isinstance(m, ClusterAwareBatchNorm2d) and m.window and (
+                    m.window_mean is None or m.window_mean.shape[0] < m.window):
+                return False
+        signature, balance = self._signature, self._filter
+        if signature is not None and (signature.current is None or
+                                      signature.current.shape[0] != signature.memory + batch_size):
+            return False
+        return not isinstance(balance, ClassBalance) or (
+            balance.classes is not None and balance.classes.shape[0] >= balance.memory)
+
     @torch.no_grad()
     def step(self, x: torch.Tensor) -> torch.Tensor:
-        logits = self.model(x)
+        # compiled: eager while the windows fill, the compiled graph once their shapes hold
+        steady = not self.compiled or self.windows_steady(x.shape[0])
+        logits = self.model(x) if steady else self.model.forward(x)
         classes = logits.argmax(1)
         if isinstance(self._filter, ClassBalance):
             self._filter.record(classes, logits.shape[1])
