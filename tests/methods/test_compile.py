@@ -92,14 +92,17 @@ def test_dyn_adaptive_runs_eager_while_its_windows_fill_then_one_graph():
     model = tiny_resnet()
     eager = dyntta.adapt(model, "dyn_adaptive", **options)
     compiled = dyntta.adapt(model, "dyn_adaptive", compile={"backend": backend}, **options)
-    for i in range(12):
-        # B = 4: the 32-sample deep window and class memory are full after 8 batches, and the
-        # signature memory (32, then the batch) holds 36 from the 10th on
-        assert compiled.windows_steady(4) == (i >= 9)
-        x = random_images(4, seed=i)
-        torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)
-    assert backend.graphs == 1
-    assert not compiled.windows_steady(5)  # another batch size: one eager batch, then steady
+    for _ in range(2):  # the second time after reset(): empty windows, the same graph
+        for i in range(12):
+            # B = 4: the 32-sample deep window and class memory are full after 8 batches, and
+            # the signature memory (32, then the batch) holds 36 from the 10th on
+            assert compiled.windows_steady(4) == (i >= 9)
+            x = random_images(4, seed=i)
+            torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)
+        assert backend.graphs == 1
+        assert not compiled.windows_steady(5)  # another batch size: one eager batch first
+        eager.reset()
+        compiled.reset()
 
 
 def test_inductor_compiled_cabn_layer_matches_eager():
