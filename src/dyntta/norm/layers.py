@@ -353,11 +353,11 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         all_mu, all_s2 = pool_mu, pool_s2
         if self.match is not None and pool_mu.shape[0] > b:
             kept = self.match.keep(pool_mu.shape[0] - b, b)
-            kept_rows = torch.cat([kept, kept.new_ones(b)])
+            rows = torch.cat([kept, kept.new_ones(b)])
             if self.cluster:
-                all_mu, all_s2 = pool_mu[kept_rows], pool_s2[kept_rows]
-                kept_rows = None
-            # else the dropped rows become singletons: no data-dependent shape to compile
+                all_mu, all_s2 = pool_mu[rows], pool_s2[rows]
+            else:  # the dropped rows become singletons: no data-dependent shape to compile
+                kept_rows = rows
         widen = self.instance_spread is not None
         spread = None  # with instance_spread: the variance of instance means in each group
         if self.neighbours:
