@@ -32,7 +32,7 @@ DYN_OPTIONS = {"merge_levels": 0, "neighbours": 0, "source_weight": "fixed",
                "prior_strength": 16.0, "instance_k": None, "instance_spread": None,
                "spread_per": "layer", "instance_around": "mixed", "cluster_fraction": 1.0,
                "deep_source_weight": "same", "balanced_alpha": 0.4, "balance_power": 2.0,
-               "instance_layers": "all", "window": 0, "shallow_window": None,
+               "instance_fraction": 1.0, "window": 0, "shallow_window": None,
                "deep_window": None, "deep_match": None, "deep_match_reference": "pool",
                "deep_balance": None,
                "top_up": False}
@@ -86,7 +86,7 @@ SWEEPS.update({  # each constant of the successor, the others at its defaults
        for f in (0.25, 0.75)},
     **{f"successor-iabn{k}": {**SUCCESSOR, "instance_k": float(k)} for k in (4, 8, 32)},
     **{f"successor-fill{w}": {**SUCCESSOR, "window": w} for w in (16, 32, 128)},
-    "successor-iabnshallow": {**SUCCESSOR, "instance_layers": "clustered"},
+    "successor-iabnshallow": {**SUCCESSOR, "instance_fraction": 0.5},
     "successor-noiabn": {**SUCCESSOR, "instance_k": None},
     "successor-nofill": {**SUCCESSOR, "window": 0},
     **{f"successor-deep{w}": {**SUCCESSOR, "deep_source_weight": w} for w in ("size", "shift")},
@@ -140,7 +140,7 @@ SWEEPS.update({
     "labels-deep256": {**LABELS, "deep_window": 256},
     # the instance rule off, in the clustering layers only, at k = 16, at c = 4
     "labels-noiabn": {**LABELS, "instance_k": None},
-    "labels-iabnshallow": {**LABELS, "instance_layers": "clustered"},
+    "labels-iabnshallow": {**LABELS, "instance_fraction": 0.5},
     "labels-k16": {**LABELS, "instance_k": 16.0},
     "labels-spread4": {**LABELS, "instance_spread": 4.0},
     # the deep window judged against the batch alone (not the topped-up pool)
@@ -162,6 +162,15 @@ SWEEPS.update({  # the shallow source weight (N / (N + 8)), with the rule around
     **{f"band-size{n}": {**BAND, "prior_strength": float(n)} for n in (8, 32)},
     **{f"band-aro-size{n}": {**BAND, "instance_around": "cluster", "prior_strength": float(n)}
        for n in (4, 8, 16)},
+    "band-noiabn": {**BAND, "instance_k": None},
+    "band-aro": {**BAND, "instance_around": "cluster"},
+    "band-logmix": {**BAND, "mix": "log"},
+    "band-stdmix": {**BAND, "mix": "std"},
+    "band-logmix-noiabn": {**BAND, "mix": "log", "instance_k": None},
+    # the instance rule in the first fraction f of the BN layers only
+    **{f"band-if{f:g}": {**BAND, "instance_fraction": f} for f in (0.1, 0.15, 0.2, 0.25, 0.35)},
+    **{f"band-if{f:g}-logmix": {**BAND, "instance_fraction": f, "mix": "log"}
+       for f in (0.1, 0.15, 0.25)},
 })
 VARIANTS.update(SWEEPS)
 

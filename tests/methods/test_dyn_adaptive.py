@@ -43,16 +43,14 @@ def test_layers_that_do_not_cluster_use_the_deep_source_weight(deep, expected):
     assert {w for c, w in weights if not c} == {expected}
 
 
-@pytest.mark.parametrize("where", ["all", "clustered"])
-def test_instance_layers_picks_the_layers_with_the_instance_rule(where):
+@pytest.mark.parametrize("fraction", [1.0, 0.5, 0.25, 0.0])
+def test_instance_fraction_picks_the_first_layers_for_the_instance_rule(fraction):
+    n = len(cabn_layers(dyntta.adapt(tiny_resnet(), "dyn_adaptive")))
+    first = round(fraction * n)
     method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=0.5, instance_k=3.0,
-                          instance_layers=where)
-    rules = {(layer.cluster, layer.instance_k) for layer in cabn_layers(method)}
-    assert rules == {(True, 3.0), (False, 3.0 if where == "all" else None)}
-    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", cluster_fraction=0.5, instance_k=3.0,
-                          instance_spread=2.0, instance_layers=where)
-    rules = {(layer.cluster, layer.instance_spread) for layer in cabn_layers(method)}
-    assert rules == {(True, 2.0), (False, 2.0 if where == "all" else None)}
+                          instance_spread=2.0, instance_fraction=fraction)
+    rules = [(layer.instance_k, layer.instance_spread) for layer in cabn_layers(method)]
+    assert rules == [(3.0, 2.0)] * first + [(None, None)] * (n - first)
 
 
 @pytest.mark.parametrize("deep_window, expected", [(None, 6), (0, 0), (20, 20)])
@@ -111,7 +109,7 @@ def test_window_lets_one_sample_batches_use_past_samples():
 @pytest.mark.parametrize(
     "option", [{"cluster_fraction": 1.5}, {"instance_k": -1.0}, {"window": -1},
                {"source_weight": "both"}, {"merge_levels": -1},
-               {"deep_source_weight": "deep"}, {"instance_layers": "deep"}, {"neighbours": -1},
+               {"deep_source_weight": "deep"}, {"instance_fraction": 1.5}, {"neighbours": -1},
                {"deep_window": -1}, {"deep_balance": 0}, {"balanced_alpha": 1.5},
                {"balance_power": -1.0}, {"shallow_window": -1},
                {"deep_match_reference": "window"}, {"spread_per": "sample"},

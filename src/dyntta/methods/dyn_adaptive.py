@@ -87,8 +87,8 @@ class DYNAdaptiveConfig:
         (the median over channels) or per channel (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`).
     instance_around: ``"mixed"`` or ``"cluster"``: the instance rule around the statistics
         mixed with the source, or around the group's own before the mix.
-    instance_layers: which layers apply the instance-aware rule: ``"all"`` or ``"clustered"``
-        (only the layers that cluster).
+    instance_fraction: the first ``round(f * L)`` of the L BN layers (network order) apply the
+        instance-aware rule, the others not; 1.0: every layer.
     cluster_fraction: the first ``round(f * L)`` of the L BN layers (network order) cluster; the
         others use one cluster (mixed batch statistics). 1.0: every layer clusters.
     deep_source_weight: the source weight rule of the layers that do not cluster: ``"same"`` as
@@ -136,7 +136,7 @@ class DYNAdaptiveConfig:
     """
 
     alpha: float = 0.8
-    mix: Literal["var", "std"] = "var"
+    mix: Literal["var", "std", "log"] = "var"
     unbiased: bool = True
     merge_levels: int = 0
     neighbours: int = 8
@@ -146,7 +146,7 @@ class DYNAdaptiveConfig:
     instance_spread: float | None = 2.5
     spread_per: Literal["layer", "channel"] = "channel"
     instance_around: Literal["mixed", "cluster"] = "mixed"
-    instance_layers: Literal["all", "clustered"] = "all"
+    instance_fraction: float = 1.0
     cluster_fraction: float = 0.5
     deep_source_weight: Literal["same", "fixed", "size", "shift", "labels"] = "labels"
     balanced_alpha: float = 0.4
@@ -167,9 +167,7 @@ class DYNAdaptiveConfig:
     def __post_init__(self):
         check_unit_interval("alpha", self.alpha)
         check_unit_interval("cluster_fraction", self.cluster_fraction)
-        if self.instance_layers not in ("all", "clustered"):
-            raise ValueError("instance_layers must be 'all' or 'clustered', "
-                             f"got {self.instance_layers!r}")
+        check_unit_interval("instance_fraction", self.instance_fraction)
         if self.deep_window is not None and self.deep_window < 0:
             raise ValueError(f"deep_window must be None or >= 0 (samples), got {self.deep_window}")
         if self.shallow_window is not None and self.shallow_window < 0:
@@ -221,6 +219,7 @@ class DYNAdaptive(NormalizationMethod):
         n_layers = sum(isinstance(m, nn.BatchNorm2d) for m in model.modules())
         c = self.config
         self._clustered = round(c.cluster_fraction * n_layers)
+        self._instance = round(c.instance_fraction * n_layers)
         self._built = 0
         self._deep_window = c.window if c.deep_window is None else c.deep_window
         self._shallow_window = c.window if c.shallow_window is None else c.shallow_window
@@ -246,7 +245,7 @@ class DYNAdaptive(NormalizationMethod):
         cluster = self._built < self._clustered
         weight = c.source_weight if cluster or c.deep_source_weight == "same" \
             else "set" if c.deep_source_weight == "labels" else c.deep_source_weight
-        instance = cluster or c.instance_layers == "all"
+        instance = self._built < self._instance
         layer = ClusterAwareBatchNorm2d(
             bn, c.alpha, c.mix, c.unbiased, merge_levels=c.merge_levels, source_weight=weight,
             prior_strength=c.prior_strength, instance_k=c.instance_k if instance else None,
