@@ -170,7 +170,7 @@ SWEEPS.update({  # the shallow source weight (N / (N + 8)), with the rule around
     # the instance rule in the first fraction f of the BN layers only
     **{f"band-if{f:g}": {**BAND, "instance_fraction": f} for f in (0.1, 0.15, 0.2, 0.25, 0.35)},
     **{f"band-if{f:g}-logmix": {**BAND, "instance_fraction": f, "mix": "log"}
-       for f in (0.1, 0.15, 0.25)},
+       for f in (0.15, 0.25)},
 })
 VARIANTS.update(SWEEPS)
 

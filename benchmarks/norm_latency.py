@@ -28,6 +28,8 @@ METHODS = {name: (name, {}) for name in ("source", "tbn", "alpha_bn", "dyn", "dy
 # the cost of dyn_adaptive's 256-sample shallow window: its defaults before it (3ccef83)
 METHODS["dyn_adaptive 3ccef83"] = ("dyn_adaptive", {"shallow_window": 64, "spread_per": "layer",
                                                     "instance_spread": 2.5})
+# the defaults before the instance rule was kept to the first 15% of the layers (e5deafa)
+METHODS["dyn_adaptive e5deafa"] = ("dyn_adaptive", {"instance_fraction": 1.0})
 
 
 def time_methods(arch: str, batch: int, repeats: int, warmup: int, clock, batches: int
