@@ -162,15 +162,10 @@ SWEEPS.update({  # the shallow source weight (N / (N + 8)), with the rule around
     **{f"band-size{n}": {**BAND, "prior_strength": float(n)} for n in (8, 32)},
     **{f"band-aro-size{n}": {**BAND, "instance_around": "cluster", "prior_strength": float(n)}
        for n in (4, 8, 16)},
-    "band-noiabn": {**BAND, "instance_k": None},
-    "band-aro": {**BAND, "instance_around": "cluster"},
-    "band-logmix": {**BAND, "mix": "log"},
-    "band-stdmix": {**BAND, "mix": "std"},
-    "band-logmix-noiabn": {**BAND, "mix": "log", "instance_k": None},
-    # the instance rule in the first fraction f of the BN layers only
-    **{f"band-if{f:g}": {**BAND, "instance_fraction": f} for f in (0.1, 0.15, 0.2, 0.25, 0.35)},
-    **{f"band-if{f:g}-logmix": {**BAND, "instance_fraction": f, "mix": "log"}
-       for f in (0.15, 0.25)},
+    # the instance rule in the first fraction f of the BN layers only; the variances mixed
+    # geometrically on top
+    **{f"band-if{f:g}": {**BAND, "instance_fraction": f} for f in (0.1, 0.15, 0.25)},
+    "band-if0.25-logmix": {**BAND, "instance_fraction": 0.25, "mix": "log"},
 })
 VARIANTS.update(SWEEPS)
 

@@ -28,7 +28,7 @@ METHODS = {name: (name, {}) for name in ("source", "tbn", "alpha_bn", "dyn", "dy
 # the cost of dyn_adaptive's 256-sample shallow window: its defaults before it (3ccef83)
 METHODS["dyn_adaptive 3ccef83"] = ("dyn_adaptive", {"shallow_window": 64, "spread_per": "layer",
                                                     "instance_spread": 2.5})
-# the defaults before the instance rule was kept to the first 15% of the layers (e5deafa)
+# the defaults before the instance rule was kept to the first quarter of the layers (e5deafa)
 METHODS["dyn_adaptive e5deafa"] = ("dyn_adaptive", {"instance_fraction": 1.0})
 
 

@@ -101,7 +101,7 @@ class DYNAdaptiveConfig:
         that reason). Measured on the ResNet-20s (19 BN layers): the rule in the first 3 layers
         alone keeps 3.9 of the digits' 4.2 points (Wild, B = 64, seed 0: their low-contrast
         domain 25 -> 66%), in layers 2-10 it costs CIFAR 1.3; at 0.25 CIFAR gains 0.5-1.2 in
-        every cell measured and the digits do not move; 0.1 and 0.15 cost the digits up to 1.0
+        every cell measured and the digits do not move; 0.1 and 0.15 cost the digits up to 1.2
         (BENCHMARKS.md, "The instance rule in the shallow layers only").
     cluster_fraction: the first ``round(f * L)`` of the L BN layers (network order) cluster; the
         others use one cluster (mixed batch statistics). 1.0: every layer clusters.
@@ -217,8 +217,9 @@ class DYNAdaptive(NormalizationMethod):
     """Beyond the DYN paper: DYN's cluster-aware BN with size-weighted 8-sample neighbourhoods in
     the shallow half of the layers, mixed batch statistics in the deep half (source weight from
     the evenness of the recent predictions), NOTE's instance rule in the first quarter of the
-    layers (k = 8, widened per channel to 2.5 observed deviations), a window of 256 samples in the shallow half and, in the deep half,
-    a 512-sample window kept to the current domain and balanced over the predicted classes.
+    layers (k = 8, widened per channel to 2.5 observed deviations), a window of 256 samples in
+    the shallow half and, in the deep half, a 512-sample window kept to the current domain and
+    balanced over the predicted classes.
 
     Every BN layer becomes a :class:`~dyntta.norm.ClusterAwareBatchNorm2d` with the options of
     the config (module docstring: the rules and their measured motivation). With
