@@ -20,7 +20,7 @@ def cabn_layers(method):
 def test_with_dyns_options_it_is_dyn_bit_for_bit():
     model, x = tiny_resnet(), random_images(16, seed=2)
     same = dyntta.adapt(model, "dyn_adaptive", source_weight="fixed", cluster_fraction=1.0,
-                        instance_k=None, window=0, neighbours=0)
+                        instance_k=None, window=0, neighbours=0, fused=False)
     with torch.no_grad():
         assert torch.equal(same(x), dyntta.adapt(model, "dyn")(x))
 

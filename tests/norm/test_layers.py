@@ -158,8 +158,8 @@ def test_replace_batchnorm_errors_without_bn2d_and_warns_on_bn1d():
     assert isinstance(model[1], TestBatchNorm2d) and isinstance(model[3], nn.BatchNorm1d)
 
 
-@pytest.mark.parametrize("per_sample", [False, True])
-def test_normalize_fused_and_differentiable_paths_agree(per_sample):
+@pytest.mark.parametrize("per_sample, fold", [(False, False), (True, False), (True, True)])
+def test_normalize_fused_and_differentiable_paths_agree(per_sample, fold):
     from dyntta.norm import normalize
 
     g = torch.Generator().manual_seed(0)
@@ -168,7 +168,8 @@ def test_normalize_fused_and_differentiable_paths_agree(per_sample):
     mean, var = torch.randn(shape, generator=g), torch.rand(shape, generator=g) + 0.1
     weight, bias = torch.randn(3, generator=g), torch.randn(3, generator=g)
     with torch.no_grad():
-        fused = normalize(x, mean, var, weight, bias, 1e-5)
+        fused = normalize(x, mean, var, weight, bias, 1e-5, fused=fold)
+        plain = normalize(x, mean, var, None, None, 1e-5, fused=fold)
     weight.requires_grad_(True)
     traced = normalize(x, mean, var, weight, bias, 1e-5)
     assert traced.requires_grad
@@ -176,6 +177,7 @@ def test_normalize_fused_and_differentiable_paths_agree(per_sample):
     view = (1, 3, 1, 1) if not per_sample else (5, 3, 1, 1)
     ref = (x - mean.view(view)) / torch.sqrt(var.view(view) + 1e-5) * weight.view(1, 3, 1, 1)
     torch.testing.assert_close(fused, ref + bias.view(1, 3, 1, 1))
+    torch.testing.assert_close(plain * weight.view(1, 3, 1, 1), ref)
 
 
 def test_instance_and_batch_stats_match_torch_var_mean():

@@ -147,6 +147,9 @@ class DYNAdaptiveConfig:
         among the samples that match the current pool.
     top_up: the window only tops a batch of B samples up to ``window`` samples (it supplies
         ``max(0, window - B)``), so batches of ``window`` or more are unchanged by it.
+    fused: normalise with per-sample statistics in PyTorch's fused BN kernel (the batch folded
+        into the channels; :func:`~dyntta.norm.normalize`): the same values up to an ulp, one
+        pass over the features instead of two. False: DYN's two-pass broadcast.
     """
 
     alpha: float = 0.8
@@ -172,6 +175,7 @@ class DYNAdaptiveConfig:
     deep_match_reference: Literal["pool", "batch"] = "pool"
     deep_balance: int | None = 32
     top_up: bool = True
+    fused: bool = True
 
     @property
     def widening(self) -> float | None:
@@ -270,7 +274,7 @@ class DYNAdaptive(NormalizationMethod):
             window=self._shallow_window if cluster else self._deep_window,
             top_up=c.top_up,
             signature=self._signature if self._built == self._clustered - 1 else None,
-            match=None if cluster else self._filter,
+            match=None if cluster else self._filter, fused=c.fused,
         )
         self._built += 1
         return layer
