@@ -318,3 +318,19 @@ def test_bad_options_are_named(option):
     name = list(option)[-1]
     with pytest.raises(ValueError, match=name):
         ClusterAwareBatchNorm2d(source_bn(), **option)
+
+
+@pytest.mark.parametrize("cluster", [True, False])
+def test_fused_normalisation_changes_only_the_rounding(cluster):
+    options = dict(cluster=cluster, neighbours=4 if cluster else 0, window=8, instance_k=3.0,
+                   instance_spread=2.0)
+    plain = ClusterAwareBatchNorm2d(source_bn(), **options)
+    fused = ClusterAwareBatchNorm2d(source_bn(), fused=True, **options)
+    with torch.no_grad():
+        for seed in range(3):  # the windows fill: the same state in both
+            x = mixed_batch(b=6, seed=seed).float()
+            torch.testing.assert_close(fused(x), plain(x), rtol=1e-5, atol=1e-5)
+        assert fused.statistics(x)[0].shape == (6, 6)  # per sample: the instance rule
+    one = ClusterAwareBatchNorm2d(source_bn(), cluster=False, window=8)
+    mean, var = one.statistics(mixed_batch(b=6).float())
+    assert mean.shape == var.shape == (6,)  # one group, shared: TBN's fused kernel applies it
