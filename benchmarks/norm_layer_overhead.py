@@ -4,7 +4,9 @@
 
 Times the source, TBN and DYN (CABN) layers on their own, interleaved in one process (each
 repeat runs every candidate once, in turn), and the instance mean/variance as
-``dyntta.norm.instance_stats`` computes it against the two-pass ``E[(x - mean)^2]``. Prints the
+``dyntta.norm.instance_stats`` computes it against the two-pass ``E[(x - mean)^2]``, and
+``dyntta.norm.normalize`` with per-sample (B, C) statistics: the broadcast multiply and add (DYN)
+against the fused kernel on the batch folded into the channels (``fused=True``). Prints the
 median microseconds per call and DYN's overhead over TBN. Run it against another checkout with
 ``PYTHONPATH=<checkout>/src`` to compare versions.
 """
@@ -22,6 +24,7 @@ from dyntta.norm import (
     SourceBatchNorm2d,
     TestBatchNorm2d,
     instance_stats,
+    normalize,
 )
 
 SHAPES = ((64, 16, 32, 32), (64, 32, 16, 16), (64, 64, 8, 8), (16, 64, 8, 8), (256, 16, 32, 32))
@@ -50,18 +53,23 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, wall clock, "
           f"median of {args.repeats}")
     print("| B, C, H, W | source us | tbn us | dyn us | dyn - tbn us | instance_stats us | "
-          "two-pass us |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "two-pass us | per-sample scale us | folded us |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for shape in SHAPES:
         torch.manual_seed(0)
         x = torch.randn(shape)
         bn = torch.nn.BatchNorm2d(shape[1]).eval()
+        mean, var = instance_stats(x)
+        w, b = bn.weight.detach(), bn.bias.detach()
         med = median_us({"source": SourceBatchNorm2d(bn), "tbn": TestBatchNorm2d(bn),
                          "dyn": ClusterAwareBatchNorm2d(bn), "stats": instance_stats,
-                         "two_pass": two_pass_stats}, x, args.repeats)
+                         "two_pass": two_pass_stats,
+                         "scale": lambda x: normalize(x, mean, var, w, b, bn.eps),
+                         "folded": lambda x: normalize(x, mean, var, w, b, bn.eps, fused=True)},
+                        x, args.repeats)
         print(f"| {', '.join(map(str, shape))} | {med['source']:.0f} | {med['tbn']:.0f} | "
               f"{med['dyn']:.0f} | {med['dyn'] - med['tbn']:.0f} | {med['stats']:.0f} | "
-              f"{med['two_pass']:.0f} |", flush=True)
+              f"{med['two_pass']:.0f} | {med['scale']:.0f} | {med['folded']:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

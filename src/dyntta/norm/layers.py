@@ -52,9 +52,11 @@ def normalize(
         weight, bias: (C,) or None (no affine).
         fused: per-sample statistics without autograd also run the fused kernel, on the batch
             folded into the channels, (1, B * C, H, W): one pass over ``x`` instead of two
-            (CPU, one thread, B = 64, three runs: 0.70x the time on 32 x 32 maps, 0.78x on
-            16 x 16, 0.83-1.05x on 8 x 8). Its rounding differs from the broadcast's by about
-            an ulp, so layers whose outputs are pinned (DYN's) keep the default.
+            (``benchmarks/norm_layer_overhead.py``, CPU, one thread, three runs: 0.26-0.75x the
+            time on 32 x 32 maps, 0.88-0.89x on 16 x 16, 0.98-1.07x on 8 x 8 at B = 64, 1.5x
+            on 8 x 8 at B = 16, where the fold's few extra calls weigh). Its rounding differs
+            from the broadcast's by about an ulp, so layers whose outputs are pinned (DYN's)
+            keep the default.
     """
     tracked = (x, mean, var, weight, bias)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tracked)
@@ -247,7 +249,8 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             :class:`~dyntta.norm.class_balance.ClassBalance`: the most recent samples of each
             predicted class, against label shift.
         fused: normalise with per-sample statistics in one fused kernel (:func:`normalize`;
-            the same values up to an ulp, faster on maps of 16 x 16 and more).
+            the same values up to an ulp, faster on maps of 16 x 16 and more, slower on small
+            ones).
 
     After each forward, ``last_labels`` holds the (B,) cluster labels of that batch (with the
     default LISC, ids in 0..B-1 that are equal exactly within a cluster; with a window, ids over
