@@ -1,4 +1,4 @@
-"""Forward latency of eager and ``torch.compile``d methods (issue 16), as a Markdown table.
+"""Forward latency of eager and ``torch.compile``d methods, as a Markdown table.
 
     OMP_NUM_THREADS=1 python benchmarks/compile_latency.py --models resnet26 --repeats 5
     OMP_NUM_THREADS=1 python benchmarks/compile_latency.py --models resnet50 --warmup 0 --repeats 1

@@ -1,4 +1,4 @@
-"""Ablation of the cluster-aware layer's options beyond the paper (issue 12), with intervals.
+"""Ablation of the cluster-aware layer's options beyond the paper, with intervals.
 
 Runs the grid's methods (baselines) and, on the same streams, every variant below (``dyn_adaptive``
 with the options given: each option alone, then combinations), appending one record per
@@ -95,7 +95,7 @@ SWEEPS.update({  # each constant of the successor, the others at its defaults
     # LISC clusters replaced by each sample's n nearest samples (n = 8: dyn_adaptive's defaults)
     **{f"successor-nb{n}": {**SUCCESSOR, "neighbours": n} for n in (4, 6, 8, 12, 16, 32)},
 })
-ADAPTIVE = SWEEPS["successor-nb8"]  # dyn_adaptive's defaults until 88fec9c
+ADAPTIVE = SWEEPS["successor-nb8"]  # dyn_adaptive's first defaults
 SWEEPS.update({  # each other constant of dyn_adaptive's defaults, the rest at those defaults
     **{f"nb8-size{n}": {**ADAPTIVE, "prior_strength": float(n)} for n in (8, 32)},
     **{f"nb8-shallow{round(100 * f)}": {**ADAPTIVE, "cluster_fraction": f}
@@ -125,7 +125,7 @@ SWEEPS.update({  # each other constant of dyn_adaptive's defaults, the rest at t
         **ADAPTIVE, "instance_k": 8.0, "instance_spread": 2.5, "deep_window": w,
         "deep_balance": n} for w in (512, 1024) for n in (16, 32, 64)},
 })
-DEFAULTS = SWEEPS["nb8-k8-spread2.5-deep512-match10-bal32"]  # the defaults, 1752def to 32ccbee
+DEFAULTS = SWEEPS["nb8-k8-spread2.5-deep512-match10-bal32"]  # the defaults before the label rule
 SWEEPS.update({  # the deep layers' source weight beside the class-balanced deep window
     **{f"bal-alpha{a}": {**DEFAULTS, "alpha": a} for a in (0.4, 0.5, 0.6, 0.7, 0.9)},
     **{f"bal-deep{w}": {**DEFAULTS, "deep_source_weight": w} for w in ("size", "shift")},
@@ -135,7 +135,7 @@ SWEEPS.update({  # the deep layers' source weight beside the class-balanced deep
                              "balance_power": float(p)}
        for a in (0.2, 0.4, 0.5, 0.6) for p in (1, 2, 3)},
 })
-LABELS = SWEEPS["labels-a0.4-p2"]  # the defaults, 32ccbee to 3ccef83
+LABELS = SWEEPS["labels-a0.4-p2"]  # the defaults before the per-channel band
 SWEEPS.update({
     "labels-deep256": {**LABELS, "deep_window": 256},
     # the instance rule off, in the clustering layers only, at k = 16, at c = 4
@@ -152,12 +152,12 @@ SWEEPS.update({
        for c in (2.0, 2.5, 3.0)},
     # a longer window in the clustering layers
     **{f"labels-sw{w}": {**LABELS, "shallow_window": w} for w in (128, 256)},
-    # both: spc2.5-sw256 is dyn_adaptive's defaults since 591051b
+    # both: spc2.5-sw256 became dyn_adaptive's defaults
     **{f"labels-spc{c:g}-sw{w}": {**LABELS, "spread_per": "channel", "instance_spread": c,
                                 "shallow_window": w}
        for c in (1.5, 2.0, 2.5, 3.0) for w in (128, 256, 512)},
 })
-BAND = SWEEPS["labels-spc2.5-sw256"]  # the defaults since 591051b
+BAND = SWEEPS["labels-spc2.5-sw256"]  # the defaults before the instance rule left the deep layers
 SWEEPS.update({  # the shallow source weight (N / (N + 8)), with the rule around the group
     **{f"band-size{n}": {**BAND, "prior_strength": float(n)} for n in (8, 32)},
     **{f"band-aro-size{n}": {**BAND, "instance_around": "cluster", "prior_strength": float(n)}

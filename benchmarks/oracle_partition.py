@@ -1,6 +1,6 @@
 """How much a perfect partition would give: DYN's cluster-aware layer with the stream's true
 domains as its clusters (an oracle no test-time method has), against ``dyn`` and ``dyn_adaptive``
-on the same streams, with paired 95% intervals (issue 12).
+on the same streams, with paired 95% intervals.
 
 Labels:
 

@@ -84,7 +84,7 @@ def resolve_path(path: str, options: SourceOptions) -> Path:
 def resolve_source(
     entry: DatasetEntry, options: SourceOptions = SourceOptions(), progress: bool = True
 ) -> Source:
-    """Open the dataset of ``entry`` and load (or train, for ``digits``) its source model."""
+    """Open the dataset of ``entry`` and load its source model (the shipped one for ``digits``)."""
     if entry.name not in DATASETS:
         raise ValueError(f"unknown dataset {entry.name!r}; valid: {', '.join(DATASETS)}")
     checkpoint = options.checkpoint or entry.checkpoint

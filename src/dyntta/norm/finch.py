@@ -4,7 +4,7 @@ Sarfraz et al., "Efficient Parameter-free Clustering Using First Neighbor Relati
 Sec. 3.1: the next level treats each cluster of the current partition as one point (its mean),
 links every cluster to its most cosine-similar other cluster, and takes the connected components.
 Each level at least halves the number of clusters (until one remains). DYN uses the first level
-only; on 64 clean images of one domain it makes about 14 clusters of 4-5 samples (issue 12).
+only; on 64 clean images of one domain it makes about 14 clusters of 4-5 samples.
 """
 
 from __future__ import annotations

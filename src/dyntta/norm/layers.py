@@ -183,7 +183,7 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
     Args:
         bn: the source BatchNorm2d.
         alpha: weight of the source statistics, 0.8 in the paper and code.
-        mix: ``"var"``, ``"std"`` or ``"log"`` (beyond the paper, issue 12): the geometric
+        mix: ``"var"``, ``"std"`` or ``"log"`` (beyond the paper): the geometric
             mean ``(var_src + eps) ** a * (s2_k + eps) ** (1 - a) - eps``, i.e. the mix in
             log-variance, where a variance is a scale and a shift by a factor and by its
             inverse weigh alike; an arithmetic mix is dominated by the larger variance (a
@@ -193,7 +193,7 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         clustering: maps (B, C) instance means to (B,) labels; ``None`` (default) is LISC
             without its 0..K-1 relabelling, which the statistics do not need.
 
-    Options beyond the paper (issue 12), each off by default, so that the defaults are DYN:
+    Options beyond the paper, each off by default, so that the defaults are DYN:
 
     Args:
         merge_levels: FINCH partition levels applied after LISC (:func:`~dyntta.norm.finch.
@@ -230,7 +230,7 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             statistics are those of its n nearest samples (itself included) in the batch and
             window, by LISC's cosine similarity of instance means
             (:mod:`~dyntta.norm.neighbours`); ``source_weight="size"`` then weights the source
-            ``N / (N + n)``. 0 (DYN). Motivation (BENCHMARKS.md): LISC's first-neighbour chains
+            ``N / (N + n)``. 0 (DYN). Motivation (RESULTS.md, "How dyn_adaptive's defaults were chosen"): LISC's first-neighbour chains
             over-split one domain and fall 6-7 points short of the true domains on mixed
             batches; 8 most similar samples per sample beat them in every cell measured. Needs
             ``cluster=True``, no ``clustering``, no ``merge_levels`` and not ``"shift"``
