@@ -1,8 +1,8 @@
 """DYN-adaptive: DYN's cluster-aware BN with rules that adapt to the batch (beyond the paper).
 
 Not the DYN paper's method (that is ``dyn``, kept bit-identical): the same LISC + CABN layer with
-the options of issue 12 (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`), composed as chosen by
-the ablation in BENCHMARKS.md ("DYN successor"):
+the options beyond the paper (:class:`~dyntta.norm.ClusterAwareBatchNorm2d`), composed as chosen
+by the ablation in RESULTS.md ("How dyn_adaptive's defaults were chosen"):
 
 - in the first half of the BN layers each sample takes the statistics of its 8 nearest samples
   (LISC's cosine similarity of instance means; a neighbourhood instead of DYN's LISC cluster)
@@ -29,26 +29,22 @@ the ablation in BENCHMARKS.md ("DYN successor"):
 
 Measured motivation: LISC over-splits one-domain batches (about 14 clusters of 4-5 samples in 64
 images), its partition of a mixed batch is 6-7 points short of the true domains', and a fixed
-weight ignores cluster size (8-sample neighbourhoods beat LISC's clusters in every cell
-measured); clustering deep layers, where LISC groups by class rather than domain, did not help;
-instance-aware statistics win on the digits; at batch 4 and 16, the window is what lifts
-single-domain and label-shifted streams (deep statistics of a few label-correlated samples
-follow their labels; past batches dilute that); IABN's standard errors assume independent
-positions, so at k = 8 the rule fired on natural images' content (CIFAR single-domain batches
--2.6) while the digits needed it, and the observed spread tells the two apart; under label shift
-a class-balanced deep window is what closes most of the gap to NOTE (BENCHMARKS.md, "The
-instance rule's band from the observed spread, and a class-balanced deep window"); a fixed deep
-source weight trades single-domain batches (which want less of the source) against label
-shift (which wants more), and the evenness of the recent predictions tells the two apart
-(BENCHMARKS.md, "The deep layers' source weight from the evenness of the predictions"); one
-band per layer, from the median channel, left the channels whose instance means vary more than
-the median's firing on content (CIFAR), and a single-domain batch of a few samples amid other
-domains (Random, Wild) found only 60 recent samples to take neighbours from (BENCHMARKS.md, "The
-instance band per channel and a 256-sample shallow window"); the rule's gain on the digits
-(their low-contrast and frost domains) lives in the first BN layers and its cost on CIFAR in the
-later ones, as IBN-Net (Pan et al., ECCV 2018) found instance statistics to carry appearance in
-shallow layers and content in deep ones (BENCHMARKS.md, "The instance rule in the shallow
-layers only").
+weight ignores cluster size (8-sample neighbourhoods beat LISC's clusters in every cell measured);
+clustering deep layers, where LISC groups by class rather than domain, did not help; instance-aware
+statistics win on the digits; at batch 4 and 16, the window is what lifts single-domain and
+label-shifted streams (deep statistics of a few label-correlated samples follow their labels; past
+batches dilute that); IABN's standard errors assume independent positions, so at k = 8 the rule
+fired on natural images' content (CIFAR single-domain batches -2.6) while the digits needed it, and
+the observed spread tells the two apart; under label shift a class-balanced deep window is what
+closes most of the gap to NOTE; a fixed deep source weight trades single-domain batches (which want
+less of the source) against label shift (which wants more), and the evenness of the recent
+predictions tells the two apart; one band per layer, from the median channel, left the channels
+whose instance means vary more than the median's firing on content (CIFAR), and a single-domain
+batch of a few samples amid other domains (Random, Wild) found only 60 recent samples to take
+neighbours from; the rule's gain on the digits (their low-contrast and frost domains) lives in the
+first BN layers and its cost on CIFAR in the later ones, as IBN-Net (Pan et al., ECCV 2018) found
+instance statistics to carry appearance in shallow layers and content in deep ones (measurements:
+RESULTS.md, "How dyn_adaptive's defaults were chosen").
 """
 
 from __future__ import annotations
@@ -69,7 +65,7 @@ from dyntta.norm.mixing import label_balance_weight
 @dataclasses.dataclass(frozen=True)
 class DYNAdaptiveConfig:
     """Hyper-parameters of DYN-adaptive (defaults: the ablation's choice; each field's
-    sensitivity is in BENCHMARKS.md).
+    sensitivity is in RESULTS.md, "How dyn_adaptive's defaults were chosen").
 
     alpha, mix, unbiased: as DYN (``alpha`` is used only with a ``"fixed"`` source weight, as
         the shift rule's fallback and as the ``"labels"`` rule's weight before any prediction);
@@ -102,7 +98,7 @@ class DYNAdaptiveConfig:
         alone keeps 3.9 of the digits' 4.2 points (Wild, B = 64, seed 0: their low-contrast
         domain 25 -> 66%), in layers 2-10 it costs CIFAR 1.3; at 0.25 CIFAR gains 0.5-1.2 in
         every cell measured and the digits do not move; 0.1 and 0.15 cost the digits up to 1.2
-        (BENCHMARKS.md, "The instance rule in the shallow layers only").
+        (RESULTS.md, "How dyn_adaptive's defaults were chosen").
     cluster_fraction: the first ``round(f * L)`` of the L BN layers (network order) cluster; the
         others use one cluster (mixed batch statistics). 1.0: every layer clusters.
     deep_source_weight: the source weight rule of the layers that do not cluster: ``"same"`` as
@@ -113,7 +109,7 @@ class DYNAdaptiveConfig:
         the default). There the one cluster is the whole batch (and window), whose statistics
         follow the batch's labels: a weight that falls with its size let label shift through,
         and a fixed 0.8 costs single-domain batches with balanced labels (measured: Wild and
-        continual, BENCHMARKS.md).
+        continual; RESULTS.md, "How dyn_adaptive's defaults were chosen").
     balanced_alpha, balance_power: the ``"labels"`` rule's source weight for perfectly even
         predictions (0.4) and its power p (2: the weight leaves 1 as the square of the
         evenness).
@@ -126,7 +122,7 @@ class DYNAdaptiveConfig:
         A longer one averages their statistics over more samples, and so over more classes,
         against label shift, while the shallow layers keep following domain changes (256
         measured at 200 rows per domain: Wild +1.8 to +4.5, single-domain streams -0.5 to
-        -1.2; BENCHMARKS.md, "200 rows per domain").
+        -1.2; RESULTS.md, "How dyn_adaptive's defaults were chosen").
     deep_match: None or a quantile q in [0, 1] (0.1): the layers that do not cluster keep
         only the window samples that look like the current pool (the batch topped up to
         ``window``) at the last clustering layer: those at least as close to it (cosine of
@@ -134,8 +130,7 @@ class DYNAdaptiveConfig:
         (:class:`~dyntta.norm.WindowMatch`). A long ``deep_window`` then spans the current
         domain rather than the last few (0.1 with a 256-sample deep window, 200 rows per
         domain: Wild +1.4 to +4.3, elsewhere 0.0 to -0.6; with 100-row domains single-domain
-        batches -0.8 to -1.2 on CIFAR; BENCHMARKS.md, "A long deep window kept to the current
-        domain").
+        batches -0.8 to -1.2 on CIFAR; RESULTS.md, "How dyn_adaptive's defaults were chosen").
     deep_match_reference: ``"pool"`` (the default) or ``"batch"``: what ``deep_match`` judges
         the remembered samples against, and which of them it always keeps
         (:class:`~dyntta.norm.WindowMatch`'s ``reference``). The same at ``window`` or more

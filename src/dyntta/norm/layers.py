@@ -52,11 +52,9 @@ def normalize(
         weight, bias: (C,) or None (no affine).
         fused: per-sample statistics without autograd also run the fused kernel, on the batch
             folded into the channels, (1, B * C, H, W): one pass over ``x`` instead of two
-            (``benchmarks/norm_layer_overhead.py``, CPU, one thread, three runs: 0.26-0.75x the
-            time on 32 x 32 maps, 0.88-0.89x on 16 x 16, 0.98-1.07x on 8 x 8 at B = 64, 1.5x
-            on 8 x 8 at B = 16, where the fold's few extra calls weigh). Its rounding differs
-            from the broadcast's by about an ulp, so layers whose outputs are pinned (DYN's)
-            keep the default.
+            (faster on large maps, slower on small ones, where its few extra calls weigh:
+            RESULTS.md, "Forward latency"). Its rounding differs from the broadcast's by about
+            an ulp, so layers whose outputs are pinned (DYN's) keep the default.
     """
     tracked = (x, mean, var, weight, bias)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tracked)
@@ -230,10 +228,9 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
             statistics are those of its n nearest samples (itself included) in the batch and
             window, by LISC's cosine similarity of instance means
             (:mod:`~dyntta.norm.neighbours`); ``source_weight="size"`` then weights the source
-            ``N / (N + n)``. 0 (DYN). Motivation (RESULTS.md, "How dyn_adaptive's defaults were chosen"): LISC's first-neighbour chains
-            over-split one domain and fall 6-7 points short of the true domains on mixed
-            batches; 8 most similar samples per sample beat them in every cell measured. Needs
-            ``cluster=True``, no ``clustering``, no ``merge_levels`` and not ``"shift"``
+            ``N / (N + n)``. 0 (DYN). Motivation: LISC's first-neighbour chains over-split one
+            domain, and 8 most similar samples per sample beat its clusters (RESULTS.md, "How
+            dyn_adaptive's defaults were chosen"). Needs ``cluster=True``, no ``clustering``, no ``merge_levels`` and not ``"shift"``
             (James-Stein needs disjoint clusters).
         window: W > 0 keeps the instance means and variances (no feature maps) of the last W
             samples seen by the layer, clustered with the current batch and counted in its
