@@ -1,0 +1,56 @@
+"""The documentation site (docs/ and the API reference from the docstrings) builds with
+``mkdocs build --strict``, and a broken reference or link fails that build."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def copy_docs(where: Path) -> Path:
+    """mkdocs.yml and docs/ copied to ``where``, reading the docstrings of this checkout."""
+    config = (REPO / "mkdocs.yml").read_text()
+    assert "paths: [src]" in config
+    (where / "mkdocs.yml").write_text(config.replace("paths: [src]", f"paths: [{REPO / 'src'}]"))
+    shutil.copytree(REPO / "docs", where / "docs")
+    return where
+
+
+def build(project: Path) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d",
+                           str(project / "site")], cwd=project, capture_output=True, text=True,
+                          timeout=600)
+    assert "No module named mkdocs" not in done.stderr, \
+        "mkdocs is not installed: pip install -e '.[dev]' (or '.[docs]')"
+    return done
+
+
+def test_the_docs_build_in_strict_mode(tmp_path):
+    project = copy_docs(tmp_path)
+    done = build(project)
+    assert done.returncode == 0, done.stderr[-3000:]
+    methods = (project / "site" / "api" / "methods" / "index.html").read_text()
+    for config in ("DYNConfig", "DYNAdaptiveConfig", "TentConfig", "NOTEConfig"):
+        assert f'id="dyntta.methods.' in methods and config in methods, config
+    index = (project / "site" / "index.html").read_text()
+    assert 'href="api/adapt/#dyntta.methods.registry.adapt"' in index  # a resolved reference
+
+
+@pytest.mark.parametrize("bad, named", [
+    ("[a function that is not there][dyntta.methods.registry.no_such_function]",
+     "dyntta.methods.registry.no_such_function"),
+    ("[a page that is not there](no-such-page.md)", "no-such-page.md"),
+    ("[an anchor that is not there](methods.md#no-such-section)", "no-such-section"),
+])
+def test_a_broken_reference_fails_the_strict_build(tmp_path, bad, named):
+    project = copy_docs(tmp_path)
+    with open(project / "docs" / "index.md", "a") as f:
+        f.write(f"\nSee {bad}.\n")
+    done = build(project)
+    assert done.returncode != 0 and named in done.stderr, done.stderr[-3000:]
