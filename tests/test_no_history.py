@@ -25,8 +25,10 @@ HISTORY = {
         r"(?<![\w\-./])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])(?:[0-9a-f]{7,12}|[0-9a-f]{40})(?![\w\-])"),
 }
 
-# RESULTS.md names the revision a table was measured at as "revision `<hash>`"
-REVISION = re.compile(r"\brevision `([0-9a-f]{7,40})`")
+# RESULTS.md names the revisions a table was measured at as "revision `<hash>`" or
+# "revisions `<hash>`, `<hash>`"
+REVISION = re.compile(r"\brevisions?((?:,?\s+(?:and\s+)?`[0-9a-f]{7,40}`)+)", re.I)
+HASH = re.compile(r"`([0-9a-f]{7,40})`")
 
 SUFFIXES = {".py", ".md", ".toml", ".csv", ".txt", ".yml", ".yaml"}
 
@@ -67,6 +69,7 @@ def test_documents_carry_no_work_history(path):
     ("defaults (`3ccef83`)", "a commit hash"),
     ("at 0280ccb.", "a commit hash"),
     ("the tree at " + "a1b2c3d4" * 5, "a commit hash"),
+    ("measured at 20a4395 and revision `daf190c`", "a commit hash"),
 ])
 def test_each_kind_of_trace_is_found(text, kind):
     assert [f for f in findings(text) if f": {kind}: " in f]
@@ -84,12 +87,21 @@ def test_legitimate_text_passes(text):
     assert findings(text) == []
 
 
+def test_results_state_revisions_in_their_marked_form_only():
+    text = "Revision `daf190c` (one run); revisions `2cd0a40`, `59a5cde` and `a5d8464`."
+    assert findings(text, allow_revisions=True) == []
+    assert sorted(h for p in REVISION.findall(text) for h in HASH.findall(p)) == \
+        ["2cd0a40", "59a5cde", "a5d8464", "daf190c"]
+    assert findings("the defaults of `2cd0a40`", allow_revisions=True)
+
+
 def test_results_revisions_name_commits_of_this_history():
     """A revision RESULTS.md states must exist, so its tables can be traced to their code."""
     results = REPO / "RESULTS.md"
     if not results.exists() or shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("RESULTS.md or the git history is not here")
-    revisions = set(REVISION.findall(results.read_text(encoding="utf-8")))
+    revisions = {rev for phrase in REVISION.findall(results.read_text(encoding="utf-8"))
+                 for rev in HASH.findall(phrase)}
     assert revisions, "RESULTS.md states no revision"
     for rev in sorted(revisions):
         ok = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{rev}^{{commit}}"],

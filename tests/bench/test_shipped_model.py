@@ -19,7 +19,7 @@ from dyntta.models import load_checkpoint
 SHIPPED = Path(__file__).resolve().parents[2] / "src" / "dyntta" / "bench" / DIGITS_MODEL
 README = Path(__file__).resolve().parents[2] / "README.md"
 SHIFTS = ("brightness", "contrast", "fog", "frost")
-"""The corruptions that move the digits model (the others leave it near 98%, BENCHMARKS.md)."""
+"""The corruptions that move the digits model (the others leave it near 98%: RESULTS.md, "The default benchmark")."""
 
 
 def accuracies(model) -> tuple[float, float]:

@@ -80,7 +80,7 @@ def test_bad_config_is_rejected(kwargs):
 def test_predictions_do_not_depend_on_how_the_stream_is_batched():
     """The same 150 samples in batches of 150, 64, 10 and 7 (updates every 64 samples fall
     inside batches differently): the same logits for every sample. This is why NOTE is immune
-    to mixed batches, as the README and ``dyntta methods`` say."""
+    to mixed batches, as docs/methods.md and ``dyntta methods`` say."""
     x = random_images(150)
     outputs = []
     for size in (150, 64, 10, 7):

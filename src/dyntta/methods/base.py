@@ -43,7 +43,7 @@ class Method(nn.Module):
             it (the shape and dtype checks, metadata only, always run).
         compile: compile the adapted network with ``torch.compile`` (:data:`CompileOption`),
             backward-free methods only. The batch dimension is marked dynamic, so one graph
-            serves the batch sizes of a stream (README, "Input checks and torch.compile").
+            serves the batch sizes of a stream (docs/input-checks-and-compile.md).
     """
 
     name: ClassVar[str] = ""
