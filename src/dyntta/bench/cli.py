@@ -149,9 +149,10 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--columns", nargs="+", help="table columns (default: the fields that vary)")
     p.add_argument("--title", default="dyntta benchmark")
     p.add_argument("--paper", nargs="?", const="", metavar="CSV",
-                   help="also print published accuracies beside ours for the cells that match "
-                   "(written to paper.md): the DYN paper's (the file shipped in the package) or "
-                   "those of CSV (columns: see dyntta.bench.paper)")
+                   help="also compare with the DYN paper (written to paper.md): its accuracies "
+                   "beside ours where the dataset and stream match, gains over source and TBN, "
+                   "rank agreement, and a verdict on each of its claims the runs cover; CSV: "
+                   "another published-numbers file (columns: see dyntta.bench.paper)")
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -164,11 +165,12 @@ def run_report(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise FileNotFoundError(f"results file not found: {path}")
     records = read_results(path)
+    rows = None if args.paper is None else published_rows(args.paper or PUBLISHED)
     out = Path(args.out or path.parent)
     written = write_report(records, out, args.title)
     print(table(records, args.columns)[0])
-    if args.paper is not None:
-        text = comparison(records, published_rows(args.paper or PUBLISHED))
+    if rows is not None:
+        text = comparison(records, rows)
         write_atomic(out / "paper.md", f"# {args.title}: the DYN paper beside ours\n\n{text}")
         written.append(out / "paper.md")
         print(text)

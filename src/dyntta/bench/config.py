@@ -26,8 +26,9 @@ A grid file has these tables (every key optional except where noted; an unknown 
     name = "cifar10-c"                          # see dyntta.bench.sources.DATASETS
     path = "CIFAR-10-C"                         # relative to --data-dir unless absolute
     checkpoint = "resnet50-cifar10.pt"          # relative to --data-dir unless absolute
-    family = "cifar10"                          # cifar10 / cifar100 / imagenet (for "published";
-                                                # implied by the cifar*/imagenet-c/digits names)
+    family = "cifar10"                          # cifar10 / cifar100 / imagenet (for "published"
+                                                # and --paper; implied by the cifar*/imagenet-c
+                                                # names; digits has none)
 
     [options.dyn]                               # per-method options (the method's Config fields)
     alpha = 0.8
@@ -58,7 +59,13 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from dyntta.bench.protocols import DATASET_FAMILIES, FAMILIES, PROTOCOLS, protocol_options
+from dyntta.bench.protocols import (
+    DATASET_FAMILIES,
+    FAMILIES,
+    NO_FAMILY,
+    PROTOCOLS,
+    protocol_options,
+)
 from dyntta.data import SCENARIOS
 from dyntta.methods import available_methods, method_class
 from dyntta.methods.base import config_from_options
@@ -225,6 +232,9 @@ def parse_grid(raw: dict[str, Any], where: str = "grid") -> Grid:
         check_keys(d, DATASET_KEYS, f"{where} datasets[{i}]")
         if "name" not in d:
             raise ValueError(f"{where} datasets[{i}]: 'name' is required")
+        if d["name"] in NO_FAMILY and "family" in d:
+            raise ValueError(f"{where} datasets[{i}]: {d['name']} has no family (it is none of "
+                             f"{', '.join(FAMILIES)}); remove 'family'")
         family = d.get("family", DATASET_FAMILIES.get(d["name"]))
         if family is not None and family not in FAMILIES:
             raise ValueError(f"{where} datasets[{i}]: unknown family {family!r}; valid: "

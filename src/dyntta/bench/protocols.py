@@ -19,9 +19,11 @@ from dyntta.methods import method_class
 
 PROTOCOLS = ("dyn-paper", "published")
 FAMILIES = ("cifar10", "cifar100", "imagenet")
-DATASET_FAMILIES = {"digits": "cifar10", "cifar10-c": "cifar10", "cifar100-c": "cifar100",
-                    "imagenet-c": "imagenet"}
-"""The family of each dataset kind whose images and classes say it (``npz`` must say it)."""
+DATASET_FAMILIES = {"cifar10-c": "cifar10", "cifar100-c": "cifar100", "imagenet-c": "imagenet"}
+"""The family of each dataset kind whose images and classes say it (``npz`` must say it).
+``digits`` has none: no method published hyper-parameters for it, and no paper reports it."""
+NO_FAMILY = ("digits",)
+"""Dataset kinds that cannot take a family (the embedded demonstration data)."""
 
 
 def protocol_options(method: str, protocol: str, family: str | None) -> dict[str, Any]:
@@ -32,6 +34,8 @@ def protocol_options(method: str, protocol: str, family: str | None) -> dict[str
     if protocol == "dyn-paper" or not published:
         return {}
     if family is None:
-        raise ValueError(f"the published protocol needs the dataset family for {method!r}: set "
-                         f"family = one of {', '.join(FAMILIES)} in the grid's [[datasets]] entry")
+        raise ValueError(f"the published protocol needs the dataset family for {method!r} (its "
+                         f"hyper-parameters were published for {', '.join(FAMILIES)}): set "
+                         "family in the grid's [[datasets]] entry; digits has none, so run it "
+                         "with --protocol dyn-paper")
     return dict(published.get(family, {}))

@@ -118,7 +118,15 @@ def difference_interval(
     a, b = _as_runs(*first), _as_runs(*second)
     if paired and (len(a) != len(b) or any(not np.array_equal(x[1], y[1]) for x, y in zip(a, b))):
         raise ValueError("a paired comparison needs the same streams: equal seeds and batches")
-    da = _resampled_accuracy(a, np.random.default_rng(seed), resamples).mean(1)
-    db = _resampled_accuracy(b, np.random.default_rng(seed if paired else seed + 1),
-                             resamples).mean(1)
+    da = resampled_means(*first, seed=seed, resamples=resamples)
+    db = resampled_means(*second, seed=seed if paired else seed + 1, resamples=resamples)
     return percentile_interval(da - db, confidence)
+
+
+def resampled_means(correct: Sequence[Sequence[int]], counts: Sequence[Sequence[int]],
+                    seed: int = 0, resamples: int = RESAMPLES) -> np.ndarray:
+    """(resamples,) bootstrap draws of the mean over runs (seeds) of their accuracies, batches
+    drawn with replacement. Calls with equal ``seed`` and equal batch counts draw the same
+    batches, so draws of methods run on the same streams are paired."""
+    runs = _as_runs(correct, counts)
+    return _resampled_accuracy(runs, np.random.default_rng(seed), resamples).mean(1)
