@@ -2,6 +2,8 @@
 
     OMP_NUM_THREADS=1 python benchmarks/compile_latency.py --models resnet26 --repeats 5
     OMP_NUM_THREADS=1 python benchmarks/compile_latency.py --models resnet50 --warmup 0 --repeats 1
+    OMP_NUM_THREADS=1 python benchmarks/compile_latency.py --compile-only --models resnet20 \
+        --methods source tbn dyn dyn_adaptive --rounds 2
 
 For each model (``dyntta.models.build``, randomly initialised, wrapped in ``Normalized``, CIFAR
 input 32x32) and method, one eager and one compiled method (``dyntta.adapt(..., compile=True)``,
@@ -13,12 +15,25 @@ compiled / eager speed-up, DYN compiled / source eager (goal: <= 1) with a 95% p
 bootstrap interval over rounds (paired by round; one round gives no interval), the graphs
 compiled so far (one graph serves every batch size when the count stays put), and the cost of
 the input value check (``check_values``, one ``aminmax``) relative to the source's eager forward.
+
+``--compile-only`` times compilation alone, each (model, method) in a fresh process with an empty
+inductor cache (nothing reused from another method's or an earlier run's kernels) and inductor's
+C++ compiler run in that process (``TORCHINDUCTOR_COMPILE_THREADS=1``), so its CPU time counts
+the compiler's (``--clock cpu``: the process's and its finished children's CPU time; the wall
+time on a loaded machine mostly measures the load). The timed call is the one in which the
+method's graph compiles: the first, or for a method that runs eager until its state keeps its
+shape (``dyn_adaptive``'s windows) the first one after that. Reported: seconds per method and
+round, and each method's ratio to ``source`` of the same round (rounds run the methods in turn).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import torch
@@ -29,6 +44,14 @@ from dyntta.methods.base import check_values
 from dyntta.models import Normalized, build
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+MAX_EAGER_CALLS = 64
+"""Calls a compiled method may run eager before its graph compiles (``--compile-only``)."""
+
+
+def cpu_with_children() -> float:
+    """CPU seconds of this process and of its children that have finished (the C++ compiler)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def graphs_compiled() -> int:
@@ -89,6 +112,49 @@ def run(arch: str, methods: list[str], batch_sizes: list[int], warmup: int, repe
     return rows
 
 
+def compile_seconds(arch: str, method: str, batch: int, clock: str, seed: int) -> float:
+    """Seconds of the call in which ``method``'s network compiles (this process: run it fresh)."""
+    now = cpu_with_children if clock == "cpu" else time.perf_counter
+    torch.manual_seed(seed)
+    model = Normalized(build(arch), (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261)).eval()
+    compiled = dyntta.adapt(model, method, compile=True)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(MAX_EAGER_CALLS):
+        x = torch.rand(batch, 3, 32, 32, generator=generator)
+        before = graphs_compiled()
+        start = now()
+        compiled(x)
+        seconds = now() - start
+        if graphs_compiled() > before:
+            return seconds
+    raise RuntimeError(f"{method} compiled no graph in {MAX_EAGER_CALLS} calls")
+
+
+def compile_table(archs: list[str], methods: list[str], batch: int, rounds: int, clock: str,
+                  seed: int) -> list[str]:
+    """Compile seconds per (model, method), each in a fresh process with an empty cache."""
+    rows = [f"| model | method | compile s ({clock}), per round | / source, per round |",
+            "|---|---|---|---|"]
+    for arch in archs:
+        seconds: dict[str, list[float]] = {m: [] for m in methods}
+        for _ in range(rounds):
+            for m in methods:
+                with tempfile.TemporaryDirectory() as cache:
+                    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache,
+                               TORCHINDUCTOR_COMPILE_THREADS="1")
+                    out = subprocess.run(
+                        [sys.executable, __file__, "--compile-one", arch, m, str(batch), clock,
+                         str(seed)], env=env, check=True, capture_output=True, text=True).stdout
+                seconds[m].append(float(out.split()[-1]))
+                print(f"{arch} {m}: {seconds[m][-1]:.1f} s (load {os.getloadavg()[0]:.1f})",
+                      flush=True)
+        for m in methods:
+            ratios = [t / s for t, s in zip(seconds[m], seconds["source"])]
+            rows.append(f"| {arch} | {m} | {', '.join(f'{t:.1f}' for t in seconds[m])} | "
+                        f"{', '.join(f'{r:.2f}' for r in ratios)} |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["resnet26", "resnet50"])
@@ -98,9 +164,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds per batch size")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--compile-only", action="store_true",
+                        help="time compilation alone, each method in a fresh process (at the "
+                        "first batch size)")
+    parser.add_argument("--rounds", type=int, default=1, help="--compile-only: rounds")
+    parser.add_argument("--compile-one", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if "source" not in args.methods or args.repeats < 1 or args.warmup < 0:
-        parser.error("need 'source' among --methods, --repeats >= 1 and --warmup >= 0")
+    if args.compile_one:
+        arch, method, batch, clock, seed = args.compile_one
+        print(compile_seconds(arch, method, int(batch), clock, int(seed)))
+        return
+    if "source" not in args.methods or args.repeats < 1 or args.warmup < 0 or args.rounds < 1:
+        parser.error("need 'source' among --methods, --repeats >= 1, --warmup >= 0 and "
+                     "--rounds >= 1")
+    if args.compile_only:
+        print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} threads, {args.clock} "
+              f"clock, B = {args.batch_sizes[0]}, {args.rounds} round(s)\n", flush=True)
+        print("\n".join(compile_table(args.models, args.methods, args.batch_sizes[0],
+                                      args.rounds, args.clock, args.seed)))
+        return
     print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} threads, {args.clock} "
           f"clock, {args.warmup} warm-up + {args.repeats} timed rounds per batch size\n",
           flush=True)

@@ -32,15 +32,15 @@ METHODS["dyn_adaptive window64-band-per-layer"] = (
 METHODS["dyn_adaptive rule-in-every-layer"] = ("dyn_adaptive", {"instance_fraction": 1.0})
 
 
-def time_methods(arch: str, batch: int, repeats: int, warmup: int, clock, batches: int
-                 ) -> dict[str, list[float]]:
+def time_methods(arch: str, batch: int, repeats: int, warmup: int, clock, batches: int,
+                 labels: list[str]) -> dict[str, list[float]]:
     """Each method's time per repeat (the repeats' i-th entries were timed in turn)."""
     torch.manual_seed(0)
     model = Normalized(build(arch), (0.5,) * 3, (0.25,) * 3).eval()
-    methods = {label: dyntta.adapt(model, name, **options)
-               for label, (name, options) in METHODS.items()}
+    methods = {label: dyntta.adapt(model, METHODS[label][0], **METHODS[label][1])
+               for label in labels}
     xs = [torch.rand(batch, 3, 32, 32) for _ in range(batches)]
-    times: dict[str, list[float]] = {name: [] for name in METHODS}
+    times: dict[str, list[float]] = {name: [] for name in labels}
     with torch.inference_mode():
         for i in range(warmup + repeats):
             x = xs[i % batches]
@@ -60,6 +60,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--batches", type=int, default=1,
                         help="different batches cycled (1: one batch repeated)")
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS),
+                        help="the methods to time (source and tbn always)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="wall: elapsed time; cpu: this process's CPU time (for a shared "
@@ -67,6 +69,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.batches < 1:
         parser.error(f"--batches must be >= 1, got {args.batches}")
+    labels = list(dict.fromkeys(["source", "tbn", *args.methods]))
     if args.threads:
         torch.set_num_threads(args.threads)
     clock = time.perf_counter if args.clock == "wall" else time.process_time
@@ -77,9 +80,9 @@ def main() -> None:
     for arch in args.archs:
         for batch in args.batch_sizes:
             repeats = args.repeats if arch != "resnet50" or batch < 256 else max(3, args.repeats // 3)
-            times = time_methods(arch, batch, repeats, args.warmup, clock, args.batches)
+            times = time_methods(arch, batch, repeats, args.warmup, clock, args.batches, labels)
             med = {name: statistics.median(t) for name, t in times.items()}
-            for name in METHODS:
+            for name in labels:
                 paired = median_interval([t / u for t, u in zip(times[name], times["tbn"])])
                 print(
                     f"| {arch} | {batch} | {name} | {1e3 * med[name]:.1f} | "

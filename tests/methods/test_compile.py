@@ -3,8 +3,11 @@ agrees with eager, and one graph serves the batch sizes of a stream."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 import dyntta
@@ -152,12 +155,75 @@ def test_traced_pointer_jumping_names_the_deepest_chain_like_eager(b):
     assert torch.equal(traced(chain(b)), expected)
 
 
-def test_traced_lisc_gives_exactly_the_eager_partitions():
-    traced = torch.compile(lisc, backend="eager", dynamic=True, fullgraph=True)
-    generator = torch.Generator().manual_seed(0)
-    for b in [2, 7, 33, 64, 130]:
-        centres = torch.randn(4, 6, generator=generator) * 3
-        mu = centres[torch.randint(0, 4, (b,), generator=generator)]
-        mu = mu + 0.3 * torch.randn(b, 6, generator=generator)
-        assert torch.equal(traced(mu, canonical=False), lisc(mu, canonical=False))
-        assert torch.equal(traced(mu), lisc(mu))
+@st.composite
+def tied_first_neighbours(draw):
+    """First neighbours under a random symmetric similarity of few distinct values (many exact
+    ties, broken to the lowest index as ``argmax`` does), B from 2 to 200."""
+    b = draw(st.integers(2, 200))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    sim = rng.integers(0, draw(st.integers(1, 50)), size=(b, b)).astype(float)
+    sim = sim + sim.T
+    np.fill_diagonal(sim, -np.inf)
+    return torch.from_numpy(sim.argmax(axis=1))
+
+
+def union_find_ids(neighbours: list[int]) -> list[int]:
+    """Each sample's component of the graph i -- n_i, named by its smallest member."""
+    parent = list(range(len(neighbours)))
+
+    def find(i):
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for i, j in enumerate(neighbours):
+        a, b = find(i), find(j)
+        parent[max(a, b)] = min(a, b)
+    return [find(i) for i in range(len(neighbours))]
+
+
+@settings(max_examples=200, deadline=None)
+@given(tied_first_neighbours())
+def test_pointer_jumping_operator_names_the_union_find_components(neighbours):
+    """The registered operator (what a compiled graph calls) against union-find: the same
+    partition, each component named by the smaller index of its one mutual pair."""
+    ids = torch.ops.dyntta.pointer_jumping(neighbours).tolist()
+    reference = union_find_ids(neighbours.tolist())
+    assert len(set(zip(ids, reference))) == len(set(ids)) == len(set(reference))
+    for i, root in enumerate(ids):
+        partner = neighbours[root].item()
+        assert neighbours[partner] == root and root < partner and reference[root] == reference[i]
+
+
+def random_instance_means(seed: int, b: int, c: int, k: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    centres = torch.randn(k, c, generator=generator) * 3
+    mu = centres[torch.randint(0, k, (b,), generator=generator)]
+    return mu + 0.3 * torch.randn(b, c, generator=generator)
+
+
+TRACED_LISC = torch.compile(lisc, backend="aot_eager", dynamic=True, fullgraph=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(2, 160), st.integers(1, 16), st.integers(1, 6))
+def test_traced_lisc_gives_exactly_the_eager_partitions(seed, b, c, k):
+    mu = random_instance_means(seed, b, c, k)
+    assert torch.equal(TRACED_LISC(mu, canonical=False), lisc(mu, canonical=False))
+    assert torch.equal(TRACED_LISC(mu), lisc(mu))
+
+
+def test_dyns_graph_holds_lisc_components_as_one_operator_per_layer():
+    """No pointer-jumping round is traced: each CABN layer calls the operator once."""
+    targets = []
+
+    def backend(graph_module, example_inputs):
+        targets.extend(str(n.target) for n in graph_module.graph.nodes)
+        return graph_module.forward
+
+    adapted = dyntta.adapt(tiny_resnet(), "dyn", compile={"backend": backend})
+    adapted(random_images(8))
+    layers = sum(isinstance(m, ClusterAwareBatchNorm2d) for m in adapted.model.modules())
+    assert layers > 0
+    assert targets.count("dyntta.pointer_jumping.default") == layers
+    assert not any("gather" in t for t in targets)
