@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -52,6 +53,80 @@ def write_inputs(d: Path) -> None:
     (d / "noconfig.jsonl").write_text('{"key": "x", "accuracy": 0.5}\n')
     (d / "ro").mkdir()
     (d / "ro").chmod(0o500)
+    write_more_inputs(d)
+
+
+GRIDS = {  # grid files that are read as something else, or whose error misled
+    "severity-fraction": NPZ_GRID_TOML.replace("n_domains", "severity = 4.9\nn_domains"),
+    "severity-list": NPZ_GRID_TOML.replace("n_domains", "severity = [3, 5]\nn_domains"),
+    "seed-fraction": "seeds = [1.7]\n" + NPZ_GRID_TOML,
+    "seeds-empty": "seeds = []\n" + NPZ_GRID_TOML,
+    "methods-empty": NPZ_GRID_TOML.replace('methods = ["source", "tbn", "dyn"]', "methods = []"),
+    "methods-repeated": NPZ_GRID_TOML.replace('"tbn", "dyn"', '"dyn", "dyn"'),
+    "scenarios-empty": NPZ_GRID_TOML.replace('scenarios = ["crossmix"]', "scenarios = []"),
+    "datasets-table": NPZ_GRID_TOML.replace("[[datasets]]", "[datasets]"),
+    "datasets-repeated": NPZ_GRID_TOML + NPZ_GRID_TOML[NPZ_GRID_TOML.index("[[datasets]]"):],
+    "delta-text": NPZ_GRID_TOML.replace("n_domains", 'deltas = ["abc"]\nn_domains'),
+    "digits-path": NPZ_GRID_TOML.replace('name = "npz"', 'name = "digits"'),
+    "compile-backend": "compile = { backend = \"nope\" }\n" + NPZ_GRID_TOML,
+    "compile-keyword": "compile = { speed = true }\n" + NPZ_GRID_TOML,
+    "compile-mode": "compile = { mode = \"fastest\" }\n" + NPZ_GRID_TOML,
+}
+
+
+def result_line(**changes) -> str:
+    """A results line as dyntta bench writes it (two batches of 10), with ``changes``."""
+    record = {"key": "k", "accuracy": 0.5, "batch_correct": [5, 5], "batch_n": [10, 10],
+              "per_domain": {"fog": 0.5}, "n_samples": 20,
+              "config": {"dataset": {"name": "digits"}, "scenario": "crossmix", "method": "dyn",
+                         "batch_size": 10, "n_domains": 1, "rounds": 1, "delta": None,
+                         "severity": 5, "seed": 0, "options": {}}}
+    for key, value in sorted(changes.items(), key=lambda item: "__" not in item[0]):
+        where, _, field = key.partition("__")  # config__x: a field of the config, first
+        (record["config"] if field else record)[field or where] = value
+    return json.dumps(record) + "\n"
+
+
+RESULTS = {  # results files that are impossible or not results at all
+    "accuracy-above-one": result_line(accuracy=4.0),
+    "accuracy-nan": result_line(accuracy=float("nan")),
+    "accuracy-text": result_line(accuracy="high"),
+    "config-empty": result_line(config={}),
+    "config-list": result_line(config=[1, 2]),
+    "dataset-text": result_line(config__dataset="digits"),
+    "method-number": result_line(config__method=3),
+    "hits-beyond-sizes": result_line(batch_correct=[50, 5]),
+}
+
+
+def write_more_inputs(d: Path) -> None:
+    """Grids, results files, damaged archives and checkpoints of the second round of bad input."""
+    for name, text in GRIDS.items():
+        (d / f"{name}.toml").write_bytes(text.encode())
+    (d / "latin1.toml").write_bytes(NPZ_GRID_TOML.replace("tiny npz", "d\xe9j\xe0").encode("latin-1"))
+    for name, text in RESULTS.items():
+        (d / f"{name}.jsonl").write_text(text)
+    (d / "binary.jsonl").write_bytes(bytes(range(256)) * 64)
+    (d / "table.jsonl").write_text("a,b,c\n" + "1,2,3\n" * 500)
+    data = (d / "clean.npz").read_bytes()
+    (d / "truncated.npz").write_bytes(data[: len(data) // 2])
+    np.save(d / "plain.npy", np.zeros((2, 32, 32, 3), np.uint8))
+    (d / "plain.npz").write_bytes((d / "plain.npy").read_bytes())
+    (d / "text.npz").write_text("x,y\n1,2\n")
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 24)
+    y[5] = 1_000_000
+    np.savez(d / "stray.npz", x=rng.integers(0, 256, (24, 32, 32, 3), dtype=np.uint8), y=y)
+    save_checkpoint(tiny_resnet(num_classes=100), d / "tiny100.pt")
+    save_checkpoint(tiny_resnet(num_classes=10), d / "tiny10.pt")
+    state = tiny_resnet().net.state_dict()
+    torch.save({0: state["conv1.weight"], **state}, d / "intkeys.pt")
+    torch.save({k.replace("layer2.0.", "layer2.1."): v for k, v in state.items()},
+               d / "noblock0.pt")
+    blob = torch.load(d / "tiny.pt", weights_only=True)
+    torch.save({k: v for k, v in blob.items() if k != "mean"}, d / "nomean.pt")
+    torch.save({**blob, "mean": [0.5], "std": [0.25]}, d / "onemean.pt")
+    (d / "empty-c").mkdir()
 
 
 CASES = {
@@ -96,16 +171,107 @@ CASES = {
     "report-out-under-a-file": (["report", "run/results.jsonl", "--out", "afile/rep"],
                                 "afile/rep: a part of this path is a file"),
     "report-record-without-config": (["report", "noconfig.jsonl"],
-                                     "record 1 has no 'config'"),
+                                     "noconfig.jsonl: line 1: config must be a non-empty object"),
     "checkpoint-missing-default-grid": (["bench", "--checkpoint", "nope.th", "--out", "o8",
                                          "--no-progress"], "checkpoint not found: nope.th"),
     "download-unknown-set": (["download", "nope-c", "data"], "argument dataset: invalid choice"),
     "analyze-out-under-a-file": (["analyze", "alpha-sweep", "--out", "afile/an"],
                                  "afile/an: a part of this path is a file"),
+    # read as something else
+    "severity-fraction": ([*BENCH[:2], "severity-fraction.toml", *BENCH[3:]],
+                          "severity-fraction.toml: stream.severity must be one integer in 1..5"),
+    "severity-list": ([*BENCH[:2], "severity-list.toml", *BENCH[3:]],
+                      "severity-list.toml: stream.severity must be one integer in 1..5"),
+    "seed-fraction": ([*BENCH[:2], "seed-fraction.toml", "--no-progress"],
+                      "seed-fraction.toml: seeds must be a non-empty list of integers >= 0, "
+                      "got [1.7]"),
+    "dataset-path-without-dataset": ([*BENCH, "--dataset-path", "clean.npz"],
+                                     "--dataset-path needs --dataset"),
+    "digits-path": (["bench", "--dataset", "digits", "--dataset-path", "clean.npz"],
+                    "'digits' is embedded and takes no path"),
+    "digits-path-in-grid": ([*BENCH[:2], "digits-path.toml", *BENCH[3:]],
+                            "digits-path.toml: datasets[0]: 'digits' is embedded"),
+    "analyze-digits-path": (["analyze", "alpha-sweep", "--dataset-path", "clean.npz"],
+                            "'digits' is embedded and takes no path"),
+    # models and data that do not fit
+    "checkpoint-classes": (["bench", "--checkpoint", "tiny100.pt", "--out", "o9"],
+                           "tiny100.pt has 100 classes but digits has 10"),
+    "train-stray-label": (["train", "--npz", "stray.npz", "--out", "m.pt"],
+                          "training labels go up to 1000000 but 999997 of the classes"),
+    # impossible records, and files that are not results
+    **{f"report-{name}": (["report", f"{name}.jsonl"], f"{name}.jsonl: line 1: {words}")
+       for name, words in (("accuracy-above-one", "accuracy must be a number in [0, 1]"),
+                           ("accuracy-nan", "accuracy must be a number in [0, 1]"),
+                           ("accuracy-text", "accuracy must be a number in [0, 1]"),
+                           ("config-empty", "config must be a non-empty object"),
+                           ("config-list", "config must be a non-empty object"),
+                           ("dataset-text", "config.dataset must be an object"),
+                           ("method-number", "config.method must be a string"),
+                           ("hits-beyond-sizes", "batch_correct must lie within"))},
+    "report-binary": (["report", "binary.jsonl"], "binary.jsonl: not a results file (binary"),
+    "report-csv": (["report", "table.jsonl"], "table.jsonl: not a results file: none of its "
+                   "501 line(s)"),
+    "report-columns": (["report", "run/results.jsonl", "--columns", "bogus"],
+                       "argument --columns: invalid choice: 'bogus'"),
+    # tracebacks that reached the user
+    "make-c-truncated-npz": (["make-c", "truncated.npz", "t1"], "truncated.npz: a damaged or "
+                             "truncated .npz archive"),
+    "make-c-npy-as-npz": (["make-c", "plain.npz", "t2"], "plain.npz: a single .npy array, "
+                          "not an .npz archive"),
+    "make-c-text-as-npz": (["make-c", "text.npz", "t3"], "text.npz: not an .npz archive (no "
+                           "zip header"),
+    "checkpoint-int-keys": ([*BENCH, "--out", "o10", "--checkpoint", "intkeys.pt"],
+                            "intkeys.pt: state dict keys must be parameter names, got 0"),
+    "checkpoint-no-block-0": ([*BENCH, "--out", "o11", "--checkpoint", "noblock0.pt"],
+                              "noblock0.pt: cannot infer the architecture: stage layer2 has "
+                              "blocks [1]"),
+    "checkpoint-no-mean": ([*BENCH, "--out", "o12", "--checkpoint", "nomean.pt"],
+                           "nomean.pt: a dyntta checkpoint without its input normalisation"),
+    "checkpoint-one-mean": ([*BENCH, "--out", "o13", "--checkpoint", "onemean.pt"],
+                            "onemean.pt: mean and std have 1 value(s) but the network takes 3 "
+                            "input channels"),
+    "compile-backend": ([*BENCH[:2], "compile-backend.toml", *BENCH[3:]],
+                        "compile-backend.toml: compile: unknown backend 'nope'"),
+    "compile-keyword": ([*BENCH[:2], "compile-keyword.toml", *BENCH[3:]],
+                        "compile-keyword.toml: compile: unknown key(s) ['speed']"),
+    "compile-mode": ([*BENCH[:2], "compile-mode.toml", *BENCH[3:]],
+                     "compile-mode.toml: compile: unknown mode 'fastest'"),
+    "executor-slurm-missing": ([*BENCH, "--out", "o14", "--executor", "slurm"],
+                               "sbatch is not on the PATH"),
+    # errors that misled
+    "datasets-table": ([*BENCH[:2], "datasets-table.toml", *BENCH[3:]],
+                       "datasets-table.toml: datasets must be an array of tables: write "
+                       "[[datasets]]"),
+    "methods-empty": ([*BENCH[:2], "methods-empty.toml", "--no-progress"],
+                      "methods-empty.toml: methods must be a non-empty list of names, got []"),
+    "scenarios-empty": ([*BENCH[:2], "scenarios-empty.toml", *BENCH[3:]],
+                        "scenarios-empty.toml: stream.scenarios must be a non-empty list"),
+    "seeds-empty": ([*BENCH[:2], "seeds-empty.toml", *BENCH[3:]],
+                    "seeds-empty.toml: seeds must be a non-empty list of integers"),
+    "methods-repeated": ([*BENCH[:2], "methods-repeated.toml", "--no-progress"],
+                         "methods-repeated.toml: methods lists dyn more than once"),
+    "methods-repeated-flag": ([*BENCH, "--methods", "tbn", "tbn"], "methods lists tbn more "
+                              "than once"),
+    "datasets-repeated": ([*BENCH[:2], "datasets-repeated.toml", *BENCH[3:]],
+                          "datasets-repeated.toml: datasets[1]: repeats datasets[0]"),
+    "delta-text": ([*BENCH[:2], "delta-text.toml", *BENCH[3:]],
+                   "delta-text.toml: stream.deltas must be a non-empty list of numbers > 0, "
+                   "got ['abc']"),
+    "option-key-named": ([*BENCH, "--set", "options.dyn.alpha=abc", "--methods", "dyn"],
+                         "option 'alpha' of DYNConfig must be a number, got 'abc'"),
+    "grid-not-utf8": ([*BENCH[:2], "latin1.toml", *BENCH[3:]],
+                      "latin1.toml: not a UTF-8 text file"),
+    "download-onto-a-file": (["download", "cifar10-c", "afile"],
+                             "afile is a file, not a folder"),
+    "cifar10-c-empty-folder": (["bench", "--dataset", "cifar10-c", "--dataset-path", "empty-c",
+                                "--checkpoint", "tiny10.pt", "--out", "o15"],
+                               "cifar10-c: empty-c holds no labels.npy (expected "
+                               "<corruption>.npy and labels.npy"),
 }
 SKIPS = {
     "device-cuda-missing": (torch.cuda.is_available(), "CUDA is available here"),
     "bench-out-read-only": (ROOT, "root ignores file permissions"),
+    "executor-slurm-missing": (shutil.which("sbatch") is not None, "Slurm is installed here"),
 }
 
 
@@ -220,3 +386,57 @@ def test_a_warm_make_c_prints_no_empty_progress_bar(tmp_path):
         errs.append(err)
     assert "make-c" in errs[0] and "chunk" in errs[0]  # the cold build shows its bar
     assert "chunk" not in errs[1] and "Traceback" not in errs[1], errs[1]
+
+
+def test_make_c_keeps_the_users_files(tmp_path):
+    """A folder holding the user's files (temporary-looking ones and a .parts folder included)
+    is refused, untouched; in a folder of its own, a build removes only its own leftovers."""
+    write_inputs(tmp_path)
+    mine = tmp_path / "mine"
+    (mine / ".parts" / "fog").mkdir(parents=True)
+    files = {mine / ".notes.tmp": "draft", mine / ".parts" / "fog" / "keep.txt": "mine",
+             mine / "data.txt": "data"}
+    for path, text in files.items():
+        path.write_text(text)
+    args = ("--severities", "1", "--corruptions", "fog", "--no-progress")
+    proc = dyntta("make-c", "clean.npz", "mine", *args, cwd=tmp_path)
+    _, err = proc.communicate(timeout=300)
+    assert_one_error_line(proc.returncode, err, "make-c", "mine is not empty")
+    assert all(path.read_text() == text for path, text in files.items())
+    built = tmp_path / "built"
+    assert dyntta("make-c", "clean.npz", "built", *args, cwd=tmp_path).wait(300) == 0
+    leftover = built / ".fog.npy.x1y2.tmp"  # what a build killed while writing fog.npy leaves
+    ours = {leftover: "", built / ".parts" / "snow" / "s1-c0.npy": ""}
+    theirs = {built / ".notes.tmp": "draft", built / ".parts" / "notes" / "a.txt": "mine"}
+    for path, text in {**ours, **theirs}.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    proc = dyntta("make-c", "clean.npz", "built", *args, cwd=tmp_path)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert not leftover.exists() and not (built / ".parts" / "snow").exists()
+    assert all(path.read_text() == text for path, text in theirs.items())
+
+
+def test_a_tilde_in_out_and_the_cache_is_the_home_folder(tmp_path):
+    write_inputs(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(SRC), "HOME": str(home), "DYNTTA_CACHE": "~/cache"}
+    proc = subprocess.run([sys.executable, "-m", "dyntta.cli", *BENCH, "--out=~/run"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (home / "run" / "results.jsonl").is_file() and (home / "cache").is_dir()
+    assert not (tmp_path / "~").exists()
+
+
+def test_a_value_set_as_a_bare_word_is_the_list_of_that_value(tmp_path):
+    """``--set methods=dyn`` (a shell takes the quotes of ``methods="dyn"``) runs dyn, not the
+    methods 'd', 'y', 'n'; the same for a scenario."""
+    write_inputs(tmp_path)
+    proc = dyntta(*BENCH[:4], "--set", "methods=tbn", "--set", "stream.scenarios=random",
+                  "--out", "bare", cwd=tmp_path)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    records = [json.loads(line) for line in (tmp_path / "bare" / "results.jsonl").open()]
+    assert [(r["config"]["method"], r["config"]["scenario"]) for r in records] == [("tbn", "random")]

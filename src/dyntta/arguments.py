@@ -61,3 +61,11 @@ def device(text: str) -> str:
     elif dev.type != "cpu":
         raise argparse.ArgumentTypeError(f"unsupported device {text!r}; expected cpu, cuda, cuda:N or mps")
     return text
+
+
+def path(text: str) -> str:
+    """A file or folder path with ``~`` expanded, also where the shell leaves it
+    (``--out=~/runs``, a quoted ``"~/runs"``): never a folder named ``~``."""
+    import os
+
+    return os.path.expanduser(text)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dyntta.bench.report import table, varying_columns, write_report
+from dyntta.bench.report import MIN_BATCHES, table, varying_columns, write_report
 from dyntta.bench.stats import bootstrap_interval
 
 
@@ -91,7 +91,7 @@ def test_csv_is_long_format_with_intervals():
 
 
 def test_a_record_without_config_is_named():
-    with pytest.raises(ValueError, match="record 2 has no 'config'"):
+    with pytest.raises(ValueError, match="record 2: config must be a non-empty object"):
         table([RECORDS[0], {"key": "x", "accuracy": 0.5}])
 
 
@@ -145,3 +145,40 @@ def test_two_records_of_one_seed_that_nothing_tells_apart_are_an_error():
     twin["key"] = "another key"
     with pytest.raises(ValueError, match="dyn at digits / crossmix: several records of one seed"):
         table([record("dyn", "crossmix", 0.6), twin], ["dataset", "scenario"])
+
+
+@pytest.mark.parametrize("n_batches", [1, 3, MIN_BATCHES - 1])
+def test_below_the_minimum_of_batches_no_interval_and_no_best(n_batches):
+    """A bootstrap over a few batches is no interval (one batch gives ± 0.0): the cell shows its
+    mean and batch count, the CSV no bounds, and the column marks no best."""
+    good, bad = record("dyn", "crossmix", None, hits=[9] * n_batches), \
+        record("source", "crossmix", None, hits=[1] * n_batches)
+    markdown, text = table([good, bad])
+    r = rows(markdown)
+    assert r["dyn"][0] == f"90.0 ({n_batches} batches)" and r["source"][0].startswith("10.0 (")
+    assert not any(cell.startswith("**") for row in (r["dyn"], r["source"]) for cell in row)
+    data = {d["method"]: d for d in csv.DictReader(io.StringIO(text))}
+    assert data["dyn"]["ci_low"] == "" and data["dyn"]["tied_with_best"] == "False"
+    assert data["dyn"]["interval"] == f"none (fewer than {MIN_BATCHES} batches)"
+
+
+def test_from_the_minimum_of_batches_the_bootstrap_interval_and_the_best():
+    hits = [9, 8] * (MIN_BATCHES // 2)
+    good, bad = record("dyn", "crossmix", None, hits=hits), \
+        record("source", "crossmix", None, hits=[1] * MIN_BATCHES)
+    r = rows(table([good, bad])[0])
+    low, high = bootstrap_interval(hits, [10] * MIN_BATCHES)
+    assert r["dyn"][0] == f"**85.0 ± {50 * (high - low):.1f}**"
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"accuracy": 4.0}, "accuracy must be a number in \\[0, 1\\]"),
+    ({"accuracy": float("nan")}, "accuracy must be a number"),
+    ({"per_domain": {"fog": 1.5}}, "per_domain must map domains to numbers in \\[0, 1\\]"),
+    ({"batch_correct": [11, 1]}, "batch_correct must lie within 0..batch_n"),
+    ({"accuracy": 0.7}, "accuracy 0.7 is not the batches' 10 / 20"),
+])
+def test_an_impossible_record_is_refused_naming_the_field(change, words):
+    bad = {**record("dyn", "crossmix", None, hits=[5, 5]), **change}
+    with pytest.raises(ValueError, match=f"record 1: {words}"):
+        table([bad])

@@ -229,3 +229,23 @@ def test_every_default_fits_its_own_type_hint(name):
     hints = typing.get_type_hints(config)
     for field in dataclasses.fields(config):
         assert matches_hint(getattr(config(), field.name), hints[field.name]), field.name
+
+
+class TupleModel(nn.Module):
+    """Returns (logits, features), as some classifiers do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = tiny_resnet()
+
+    def forward(self, x):
+        logits = self.inner(x)
+        return logits, logits
+
+
+@pytest.mark.parametrize("name", ["tent", "dyn", "rotta"])
+def test_a_model_that_returns_a_tuple_is_named_not_a_traceback(name):
+    adapted = dyntta.adapt(TupleModel(), name)
+    with pytest.raises(ValueError, match="must return logits, a \\(B, K\\) tensor, but returned "
+                                         "tuple"):
+        adapted(random_images(8))

@@ -215,3 +215,26 @@ def test_real_resnet20_checkpoint_scores_as_published(shared_data):
     with torch.no_grad():
         acc = (dyntta.adapt(model, "source")(x).argmax(1) == y).float().mean().item()
     assert 0.76 < acc < 0.86
+
+
+def test_a_mean_without_a_std_is_refused_not_ignored(tmp_path):
+    from dyntta.models import load_checkpoint, save_checkpoint
+    from tests.conftest import tiny_resnet
+
+    save_checkpoint(tiny_resnet(), tmp_path / "m.pt")
+    with pytest.raises(ValueError, match="give both mean and std .* not only mean"):
+        load_checkpoint(tmp_path / "m.pt", mean=[0.1, 0.2, 0.3])
+    with pytest.raises(ValueError, match="not only std"):
+        load_checkpoint(tmp_path / "m.pt", std=[0.1, 0.2, 0.3])
+    model = load_checkpoint(tmp_path / "m.pt", mean=[0.1, 0.2, 0.3], std=[1.0, 1.0, 1.0])
+    assert model.mean.flatten().tolist() == pytest.approx([0.1, 0.2, 0.3])
+
+
+def test_a_normalisation_of_the_wrong_length_names_the_channels():
+    from dyntta.models import Normalized
+    from tests.conftest import tiny_resnet
+
+    with pytest.raises(ValueError, match="1 value.* but the network takes 3 input channels"):
+        Normalized(tiny_resnet().net, [0.5], [0.25])
+    with pytest.raises(ValueError, match="mean must be a list of numbers"):
+        Normalized(tiny_resnet().net, "0.5", [0.25])

@@ -23,7 +23,7 @@ from dyntta.analysis import (
 )
 from dyntta.analysis.clusterings import CLUSTERINGS
 from dyntta.analysis.common import StreamOptions, Subject, read_rows, write_rows
-from dyntta.arguments import device, non_negative_int, positive_int
+from dyntta.arguments import device, non_negative_int, path, positive_int
 from dyntta.atomic import check_writable, write_figure
 from dyntta.bench.cli import add_source_arguments, source_options
 from dyntta.data import SCENARIOS
@@ -125,7 +125,7 @@ def common_arguments() -> argparse.ArgumentParser:
     data.add_argument("--dataset", default="digits",
                       help="dataset kind: digits (the embedded default), cifar10-c, cifar100-c, "
                       "imagenet-c or npz (see dyntta.bench.sources)")
-    data.add_argument("--dataset-path", help="path of --dataset (folder, or .npz for 'npz')")
+    data.add_argument("--dataset-path", type=path, help="path of --dataset (folder, or .npz for 'npz')")
     add_source_arguments(data)
     data.add_argument("--device", type=device, default="cpu", help="torch device, e.g. cpu or cuda")
     stream = p.add_argument_group("stream")
@@ -140,7 +140,7 @@ def common_arguments() -> argparse.ArgumentParser:
                         help=f"dataset rows per domain (default {DEFAULT_ROWS})")
     stream.add_argument("--seed", type=non_negative_int, default=0, help="stream seed (default 0)")
     out = p.add_argument_group("output")
-    out.add_argument("--out", default="runs/analysis",
+    out.add_argument("--out", type=path, default="runs/analysis",
                      help="output folder for <name>.jsonl and <name>.png (default runs/analysis)")
     out.add_argument("--plot-only", action="store_true",
                      help="redraw the figure from the existing results file, compute nothing")

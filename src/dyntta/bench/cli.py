@@ -9,17 +9,17 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from dyntta.arguments import device, non_negative_int, positive_float, positive_int
+from dyntta.arguments import device, non_negative_int, path, positive_float, positive_int
 
 DEFAULT_GRID = "default.toml"
 
 
 def add_source_arguments(p: argparse.ArgumentParser) -> None:
     """Options naming where data, checkpoints and caches are (shared with ``dyntta analyze``)."""
-    p.add_argument("--data-dir", help="folder that relative dataset/checkpoint paths start from "
+    p.add_argument("--data-dir", type=path, help="folder that relative dataset/checkpoint paths start from "
                    "(default: the current folder)")
-    p.add_argument("--checkpoint", help="source model for every dataset (overrides the grid's)")
-    p.add_argument("--cache-dir", help="where built data and trained models are cached "
+    p.add_argument("--checkpoint", type=path, help="source model for every dataset (overrides the grid's)")
+    p.add_argument("--cache-dir", type=path, help="where built data and trained models are cached "
                    "(default $DYNTTA_CACHE or ~/.cache/dyntta)")
 
 
@@ -32,7 +32,7 @@ def source_options(args: argparse.Namespace):
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     from dyntta.bench.sources import DATASETS
 
-    p.add_argument("--config", help="grid file (TOML, see configs/); default: the embedded "
+    p.add_argument("--config", type=path, help="grid file (TOML, see configs/); default: the embedded "
                    "digits grid laid out like the paper's Table 1")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a grid field, e.g. --set stream.batch_sizes=[16,64]")
@@ -43,13 +43,13 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    "each method's own published ones (overrides the grid's)")
     p.add_argument("--dataset", help=f"replace the grid's datasets by this one ({', '.join(DATASETS)}); "
                    "with the embedded grid, every row of it is used unless stream.n_samples is set")
-    p.add_argument("--dataset-path", help="path of --dataset (folder, or .npz for 'npz')")
+    p.add_argument("--dataset-path", type=path, help="path of --dataset (folder, or .npz for 'npz')")
     add_source_arguments(p)
     p.add_argument("--compile", action="store_true", help="torch.compile the networks of the "
                    "backward-free methods (fine-tuning methods run eagerly); wall times include "
                    "the compilation; --set 'compile={backend=\"aot_eager\"}' instead passes "
                    "torch.compile's arguments")
-    p.add_argument("--out", help="run folder (default runs/<grid title>)")
+    p.add_argument("--out", type=path, help="run folder (default runs/<grid title>)")
     p.add_argument("--workers", type=positive_int, default=1, help="parallel worker processes")
     p.add_argument("--device", type=device, default="cpu", help="torch device, e.g. cpu or cuda")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -73,6 +73,9 @@ def run_bench(args: argparse.Namespace) -> int:
     from dyntta.bench.report import table, write_report
     from dyntta.bench.runner import run_grid
 
+    if args.dataset_path and not args.dataset:
+        raise ValueError("--dataset-path needs --dataset (which kind of data it is: "
+                         "cifar10-c, cifar100-c, imagenet-c or npz)")
     overrides = []
     if args.dataset and not args.config:  # the embedded grid's row cut and title are digits'
         overrides += ['stream.n_samples="all"', f'title="Table 1 layout on {args.dataset}"']
@@ -88,14 +91,14 @@ def run_bench(args: argparse.Namespace) -> int:
     executor = {"kind": args.executor, **{k: getattr(args, k) for k in EXECUTOR_FLAGS}}
     overrides += [f"executor.{k}={json.dumps(v)}" for k, v in executor.items() if v is not None]
     if args.dataset:
-        path = f', path = "{args.dataset_path}"' if args.dataset_path else ""
+        path = f", path = {json.dumps(args.dataset_path)}" if args.dataset_path else ""
         overrides.append(f'datasets=[{{name = "{args.dataset}"{path}}}]')
     if args.config:
         grid = load_grid(args.config, overrides)
     else:
         with resources.as_file(resources.files("dyntta.bench") / DEFAULT_GRID) as path:
             grid = load_grid(path, overrides)
-    out = Path(args.out or Path("runs") / slug(grid.title))
+    out = Path(args.out or Path("runs") / slug(grid.title)).expanduser()
     try:
         records = run_grid(grid, out / "results.jsonl", source_options(args), args.workers,
                            args.device, progress=not args.no_progress)
@@ -114,14 +117,14 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--npz", help="training set as .npz with x uint8 (N, H, W, 3) and y labels "
+    p.add_argument("--npz", type=path, help="training set as .npz with x uint8 (N, H, W, 3) and y labels "
                    "(default: the embedded digits training split)")
     p.add_argument("--arch", default="resnet20", help="architecture (see dyntta.models)")
     p.add_argument("--epochs", type=positive_int, default=15)
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--lr", type=positive_float, default=0.1)
     p.add_argument("--seed", type=non_negative_int, default=0)
-    p.add_argument("--out", required=True, help="checkpoint file to write")
+    p.add_argument("--out", type=path, required=True, help="checkpoint file to write")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -131,6 +134,7 @@ def run_train(args: argparse.Namespace) -> int:
     from dyntta.data import load_digits_split, load_npz
     from dyntta.models import save_checkpoint
 
+    args.out = Path(args.out).expanduser()
     check_writable(args.out)  # before training, not after
     if args.npz:
         x, y = load_npz(args.npz, "training set")
@@ -144,11 +148,14 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def add_report_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("results", help="results file (JSON lines) written by dyntta bench")
-    p.add_argument("--out", help="folder for table.md, table.csv and plots (default: beside it)")
-    p.add_argument("--columns", nargs="+", help="table columns (default: the fields that vary)")
+    p.add_argument("results", type=path, help="results file (JSON lines) written by dyntta bench")
+    p.add_argument("--out", type=path, help="folder for table.md, table.csv and plots (default: beside it)")
+    from dyntta.bench.config import COLUMN_KEYS
+
+    p.add_argument("--columns", nargs="+", choices=COLUMN_KEYS,
+                   help="table columns (default: the fields that vary)")
     p.add_argument("--title", default="dyntta benchmark")
-    p.add_argument("--paper", nargs="?", const="", metavar="CSV",
+    p.add_argument("--paper", nargs="?", const="", type=path, metavar="CSV",
                    help="also compare with the DYN paper (written to paper.md): its accuracies "
                    "beside ours where the dataset and stream match, gains over source and TBN, "
                    "rank agreement, and a verdict on each of its claims the runs cover; CSV: "
@@ -158,15 +165,15 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
 def run_report(args: argparse.Namespace) -> int:
     from dyntta.atomic import write_atomic
     from dyntta.bench.paper import PUBLISHED, comparison, published_rows
-    from dyntta.bench.report import table, write_report
+    from dyntta.bench.report import check_record, table, write_report
     from dyntta.bench.results import read_results
 
-    path = Path(args.results)
+    path = Path(args.results).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"results file not found: {path}")
-    records = read_results(path)
+    records = read_results(path, check=check_record)
     rows = None if args.paper is None else published_rows(args.paper or PUBLISHED)
-    out = Path(args.out or path.parent)
+    out = Path(args.out or path.parent).expanduser()
     written = write_report(records, out, args.title)
     print(table(records, args.columns)[0])
     if rows is not None:

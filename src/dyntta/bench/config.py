@@ -189,20 +189,24 @@ class Grid:
 
 def load_grid(path: str | Path, overrides: list[str] = ()) -> Grid:
     """Read a grid file and apply ``key=value`` overrides (TOML values, dotted keys)."""
-    path = Path(path)
+    path = Path(path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"grid file not found: {path}")
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a UTF-8 text file (byte {exc.start}); a grid is TOML "
+                         "text") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path}: not valid TOML: {exc}") from exc
+        raise ValueError(f"{path}: not valid TOML: {exc}") from None
     for item in overrides:
-        apply_override(raw, item)
+        apply_override(raw, item, str(path))
     return parse_grid(raw, str(path))
 
 
-def apply_override(raw: dict[str, Any], item: str) -> None:
-    """Set ``raw[a][b] = value`` for ``item = "a.b=value"`` (value parsed as TOML)."""
+def apply_override(raw: dict[str, Any], item: str, where: str = "grid") -> None:
+    """Set ``raw[a][b] = value`` for ``item = "a.b=value"`` (value parsed as TOML; a bare word
+    is a string)."""
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
         raise ValueError(f"override {item!r} must look like key=value, e.g. stream.batch_sizes=[16]")
@@ -215,59 +219,45 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     for part in parents:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise ValueError(f"override {item!r}: {part!r} is not a table")
+            raise ValueError(f"{where}: override {item!r}: {part!r} is not a table")
     node[leaf] = value
 
 
 def parse_grid(raw: dict[str, Any], where: str = "grid") -> Grid:
-    """Validate a grid dict (as read from TOML) into a :class:`Grid`."""
+    """Validate a grid dict (as read from TOML) into a :class:`Grid`; every error names the
+    file (``where``) and the key at fault."""
     check_keys(raw, TOP_KEYS, where)
     stream = raw.get("stream", {})
-    check_keys(stream, STREAM_KEYS, f"{where} [stream]")
-    datasets = raw.get("datasets")
-    if not datasets:
-        raise ValueError(f"{where}: at least one [[datasets]] entry is needed")
-    entries = []
-    for i, d in enumerate(datasets):
-        check_keys(d, DATASET_KEYS, f"{where} datasets[{i}]")
-        if "name" not in d:
-            raise ValueError(f"{where} datasets[{i}]: 'name' is required")
-        if d["name"] in NO_FAMILY and "family" in d:
-            raise ValueError(f"{where} datasets[{i}]: {d['name']} has no family (it is none of "
-                             f"{', '.join(FAMILIES)}); remove 'family'")
-        family = d.get("family", DATASET_FAMILIES.get(d["name"]))
-        if family is not None and family not in FAMILIES:
-            raise ValueError(f"{where} datasets[{i}]: unknown family {family!r}; valid: "
-                             f"{', '.join(FAMILIES)}")
-        entries.append(DatasetEntry(**{**d, "family": family}))
-    methods = tuple(raw.get("methods", available_methods()))
+    check_keys(stream, STREAM_KEYS, f"{where}: [stream]")
+    methods = names(raw.get("methods", available_methods()), "methods", where)
     for m in methods:
-        method_class(m)  # raises with the valid names
+        known(method_class, m, "methods", where)
     options = raw.get("options", {})
-    for m in options:
-        method_class(m)  # raises with the valid names; values are checked per cell below
-    scenarios = tuple(stream.get("scenarios", ("crossmix", "random", "shuffle")))
-    for s in scenarios:
-        if s not in SCENARIOS:
-            raise ValueError(f"{where}: unknown scenario {s!r}; valid: {', '.join(SCENARIOS)}")
+    check_keys(options, set(available_methods()), f"{where}: [options]")
+    for m, table in options.items():
+        check_keys(table, {f.name for f in dataclasses.fields(method_class(m).Config)},
+                   f"{where}: [options.{m}]")
+    scenarios = names(stream.get("scenarios", ["crossmix", "random", "shuffle"]),
+                      "stream.scenarios", where, SCENARIOS)
     protocol = raw.get("protocol", "dyn-paper")
     if protocol not in PROTOCOLS:
-        raise ValueError(f"{where}: unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
-    columns = tuple(raw["columns"]) if "columns" in raw else None
-    for c in columns or ():
-        if c not in COLUMN_KEYS:
-            raise ValueError(f"{where}: unknown column {c!r}; valid: {', '.join(COLUMN_KEYS)}")
+        raise ValueError(f"{where}: protocol: unknown protocol {protocol!r}; valid: "
+                         f"{', '.join(PROTOCOLS)}")
+    columns = names(raw["columns"], "columns", where, COLUMN_KEYS) if "columns" in raw else None
+    title = raw.get("title", Path(where).stem)
+    if not isinstance(title, str):
+        raise ValueError(f"{where}: title must be a string, got {title!r}")
     grid = Grid(
-        title=str(raw.get("title", Path(where).stem)),
-        datasets=tuple(entries),
+        title=title,
+        datasets=parse_datasets(raw.get("datasets"), where),
         methods=methods,
-        seeds=tuple(int(s) for s in as_list(raw.get("seeds", [0]))),
+        seeds=integers(raw.get("seeds", [0]), "seeds", where, low=0),
         scenarios=scenarios,
-        batch_sizes=positive_ints(stream.get("batch_sizes", [64]), "batch_sizes", where),
-        n_domains=positive_ints(stream.get("n_domains", [15]), "n_domains", where),
-        rounds=positive_ints(stream.get("rounds", [1]), "rounds", where),
-        deltas=tuple(float(d) for d in as_list(stream.get("deltas", [0.01]))),
-        severity=int(stream.get("severity", 5)),
+        batch_sizes=integers(stream.get("batch_sizes", [64]), "stream.batch_sizes", where),
+        n_domains=integers(stream.get("n_domains", [15]), "stream.n_domains", where),
+        rounds=integers(stream.get("rounds", [1]), "stream.rounds", where),
+        deltas=numbers(stream.get("deltas", [0.01]), "stream.deltas", where),
+        severity=severity(stream.get("severity", 5), where),
         n_samples=row_count(stream.get("n_samples", "all"), where),
         options={m: dict(o) for m, o in options.items()},
         columns=columns,
@@ -275,8 +265,6 @@ def parse_grid(raw: dict[str, Any], where: str = "grid") -> Grid:
         compile=compile_setting(raw.get("compile", False), where),
         executor=parse_executor(raw.get("executor", {}), where),
     )
-    if not 1 <= grid.severity <= 5:
-        raise ValueError(f"{where}: severity must be in 1..5, got {grid.severity}")
     try:
         grid.cells()
     except ValueError as exc:
@@ -284,9 +272,103 @@ def parse_grid(raw: dict[str, Any], where: str = "grid") -> Grid:
     return grid
 
 
-def compile_setting(value: Any, where: str) -> bool | tuple[tuple[str, Any], ...]:
-    """The grid's ``compile``: a boolean, or a table of ``torch.compile`` arguments."""
+def parse_datasets(value: Any, where: str) -> tuple[DatasetEntry, ...]:
+    """The ``[[datasets]]`` entries: a non-empty array of tables, none repeated."""
     if isinstance(value, dict):
+        raise ValueError(f"{where}: datasets must be an array of tables: write [[datasets]] "
+                         "(two brackets) above each dataset, not [datasets]")
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"{where}: at least one [[datasets]] entry is needed")
+    entries = []
+    for i, d in enumerate(value):
+        at = f"{where}: datasets[{i}]"
+        check_keys(d, DATASET_KEYS, at)
+        if "name" not in d:
+            raise ValueError(f"{at}: 'name' is required")
+        for key, text in d.items():
+            if not isinstance(text, str):
+                raise ValueError(f"{at}: {key} must be a string, got {text!r}")
+        if d["name"] in NO_FAMILY and "family" in d:
+            raise ValueError(f"{at}: {d['name']} has no family (it is none of "
+                             f"{', '.join(FAMILIES)}); remove 'family'")
+        family = d.get("family", DATASET_FAMILIES.get(d["name"]))
+        if family is not None and family not in FAMILIES:
+            raise ValueError(f"{at}: unknown family {family!r}; valid: {', '.join(FAMILIES)}")
+        if d["name"] == "digits" and "path" in d:
+            raise ValueError(f"{at}: 'digits' is embedded and takes no path (for images of your "
+                             "own use name = \"npz\" with path = the .npz file)")
+        entry = DatasetEntry(**{**d, "family": family})
+        if entry in entries:
+            raise ValueError(f"{at}: repeats datasets[{entries.index(entry)}]")
+        entries.append(entry)
+    return tuple(entries)
+
+
+def known(lookup: Any, name: str, key: str, where: str) -> None:
+    """Call ``lookup(name)`` (which raises naming the valid values), naming the key."""
+    try:
+        lookup(name)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {key}: {exc}") from None
+
+
+def names(value: Any, key: str, where: str, valid: Any = None) -> tuple[str, ...]:
+    """A non-empty list of distinct strings (one string is a list of one), each in ``valid``
+    if given."""
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not values or \
+            not all(isinstance(v, str) for v in values):
+        raise ValueError(f"{where}: {key} must be a non-empty list of names, got {value!r}")
+    for v in values:
+        if valid is not None and v not in valid:
+            raise ValueError(f"{where}: {key}: unknown value {v!r}; valid: {', '.join(valid)}")
+    no_repeats(values, key, where)
+    return tuple(values)
+
+
+def integers(value: Any, key: str, where: str, low: int = 1) -> tuple[int, ...]:
+    """A non-empty list of distinct integers >= ``low`` (one integer is a list of one); a
+    float such as 1.7 is refused, not truncated."""
+    values = value if isinstance(value, list) else [value]
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < low
+                         for v in values):
+        raise ValueError(f"{where}: {key} must be a non-empty list of integers >= {low}, "
+                         f"got {value!r}")
+    no_repeats(values, key, where)
+    return tuple(values)
+
+
+def numbers(value: Any, key: str, where: str) -> tuple[float, ...]:
+    """A non-empty list of distinct finite numbers > 0 (one number is a list of one)."""
+    values = value if isinstance(value, list) else [value]
+    if not values or any(isinstance(v, bool) or not isinstance(v, (int, float))
+                         or not 0 < v < float("inf") for v in values):
+        raise ValueError(f"{where}: {key} must be a non-empty list of numbers > 0, "
+                         f"got {value!r}")
+    no_repeats(values, key, where)
+    return tuple(float(v) for v in values)
+
+
+def no_repeats(values: list, key: str, where: str) -> None:
+    repeated = sorted({str(v) for v in values if values.count(v) > 1})
+    if repeated:
+        raise ValueError(f"{where}: {key} lists {', '.join(repeated)} more than once (the same "
+                         "cells would run twice)")
+
+
+def severity(value: Any, where: str) -> int:
+    """``stream.severity``: one integer in 1..5 (a grid runs one severity)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 5:
+        raise ValueError(f"{where}: stream.severity must be one integer in 1..5 (one severity "
+                         f"per grid; run several grids for several), got {value!r}")
+    return value
+
+
+def compile_setting(value: Any, where: str) -> bool | tuple[tuple[str, Any], ...]:
+    """The grid's ``compile``: a boolean, or a table of ``torch.compile`` arguments (checked
+    here: their names, the backend and the mode)."""
+    if isinstance(value, dict):
+        check_compile_arguments(value, f"{where}: compile")
         return tuple(sorted(value.items()))
     if not isinstance(value, bool):
         raise ValueError(f"{where}: compile must be true, false or a table of torch.compile "
@@ -294,9 +376,34 @@ def compile_setting(value: Any, where: str) -> bool | tuple[tuple[str, Any], ...
     return value
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def check_compile_arguments(arguments: dict[str, Any], where: str) -> None:
+    """Raise ``ValueError`` naming the first argument ``torch.compile`` would not accept."""
+    import inspect
+
+    import torch
+
+    valid = set(inspect.signature(torch.compile).parameters) - {"model"}
+    check_keys(arguments, valid, where)
+    backend = arguments.get("backend", "inductor")
+    backends = torch._dynamo.list_backends(exclude_tags=())
+    if not isinstance(backend, str) or backend not in backends:
+        raise ValueError(f"{where}: unknown backend {backend!r}; valid: {', '.join(backends)}")
+    mode = arguments.get("mode")
+    if mode is not None and mode not in COMPILE_MODES:
+        raise ValueError(f"{where}: unknown mode {mode!r}; valid: {', '.join(COMPILE_MODES)}")
+    for flag in ("fullgraph", "disable"):
+        if not isinstance(arguments.get(flag, False), bool):
+            raise ValueError(f"{where}: {flag} must be true or false, got {arguments[flag]!r}")
+    if not isinstance(arguments.get("options", {}), dict):
+        raise ValueError(f"{where}: options must be a table, got {arguments['options']!r}")
+
+
 def parse_executor(table: Any, where: str) -> ExecutorSpec:
     """Validate the ``[executor]`` table (see :class:`ExecutorSpec`)."""
-    where = f"{where} [executor]"
+    where = f"{where}: [executor]"
     check_keys(table, {f.name for f in dataclasses.fields(ExecutorSpec)}, where)
     spec = ExecutorSpec(**table)
     if spec.kind not in EXECUTORS:
@@ -319,22 +426,11 @@ def check_keys(table: Any, allowed: set[str], where: str) -> None:
         raise ValueError(f"{where}: unknown key(s) {unknown}; valid: {', '.join(sorted(allowed))}")
 
 
-def as_list(value: Any) -> list:
-    return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
 def row_count(value: Any, where: str) -> int | None:
     """``n_samples``: dataset rows used per domain (>= 1), or ``"all"`` (None)."""
     if value == "all":
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f'{where}: n_samples (dataset rows per domain) must be an int >= 1 or '
+        raise ValueError(f'{where}: stream.n_samples (dataset rows per domain) must be an int >= 1 or '
                          f'"all", got {value!r}')
     return value
-
-
-def positive_ints(value: Any, what: str, where: str) -> tuple[int, ...]:
-    values = as_list(value)
-    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
-        raise ValueError(f"{where}: {what} must be a list of ints >= 1, got {value!r}")
-    return tuple(values)

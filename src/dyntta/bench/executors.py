@@ -298,5 +298,18 @@ def make_executor(spec: ExecutorSpec, workers: int, folder: Path, cache: Path) -
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     if spec.kind == "slurm":
+        check_slurm()
         return SlurmExecutor(spec, folder, cache)
     return SerialExecutor() if workers == 1 else ProcessExecutor(workers)
+
+
+def check_slurm() -> None:
+    """Raise ``ValueError`` unless submitit is installed and Slurm's ``sbatch`` is on the PATH."""
+    import importlib.util
+    import shutil
+
+    if importlib.util.find_spec("submitit") is None:
+        raise ValueError("the slurm executor needs submitit: pip install 'dyntta[slurm]'")
+    if shutil.which("sbatch") is None:
+        raise ValueError("the slurm executor needs Slurm, but sbatch is not on the PATH here: run "
+                         "on the cluster's login node, or use --executor process")

@@ -15,6 +15,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import numbers
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -36,10 +38,74 @@ def check_records(records: list[dict[str, Any]]) -> None:
     if not records:
         raise ValueError("no records to report")
     for i, r in enumerate(records, 1):
-        missing = [k for k in REQUIRED if k not in r]
-        if missing:
-            raise ValueError(f"record {i} has no {' or '.join(map(repr, missing))}: not a "
-                             "result of dyntta bench")
+        try:
+            check_record(r)
+        except ValueError as exc:
+            raise ValueError(f"record {i}: {exc}") from None
+
+
+def check_record(record: Any) -> None:
+    """Raise ``ValueError`` naming the first field of ``record`` that a table cannot use or
+    that no run can produce (an accuracy outside [0, 1], hits beyond a batch's size ...)."""
+    if not isinstance(record, dict):
+        raise ValueError(f"not a JSON object: {brief(record)}")
+    config = record.get("config")
+    if not isinstance(config, dict) or not config:
+        raise ValueError(f"config must be a non-empty object, got {brief(config)}: not a "
+                         "result of dyntta bench")
+    dataset = config.get("dataset")
+    if not isinstance(dataset, dict) or not isinstance(dataset.get("name"), str):
+        raise ValueError(f"config.dataset must be an object with a name, got {brief(dataset)}")
+    for field, kind in (("method", str), ("scenario", str), ("batch_size", int),
+                        ("n_domains", int), ("rounds", int), ("severity", int), ("seed", int)):
+        value = config.get(field)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral if kind is int
+                                                     else str):
+            raise ValueError(f"config.{field} must be {'a string' if kind is str else 'an integer'}"
+                             f", got {brief(value)}")
+    if config.get("delta") is not None and not is_number(config["delta"]):
+        raise ValueError(f"config.delta must be a number or null, got {brief(config['delta'])}")
+    if not isinstance(config.get("options", {}), dict):
+        raise ValueError(f"config.options must be an object, got {brief(config['options'])}")
+    if not is_fraction(record.get("accuracy")):
+        raise ValueError(f"accuracy must be a number in [0, 1] (a fraction, not %), got "
+                         f"{brief(record.get('accuracy'))}")
+    per_domain = record.get("per_domain", {})
+    if not isinstance(per_domain, dict) or not all(map(is_fraction, per_domain.values())):
+        raise ValueError(f"per_domain must map domains to numbers in [0, 1], got "
+                         f"{brief(per_domain)}")
+    if "batch_correct" in record or "batch_n" in record:
+        check_batches(record.get("batch_correct"), record.get("batch_n"), record["accuracy"])
+
+
+def check_batches(hits: Any, sizes: Any, accuracy: float) -> None:
+    """Per-batch hits and sizes: equal-length lists of integers, ``0 <= hits <= size``, whose
+    ratio of sums is ``accuracy``."""
+    if not (isinstance(hits, list) and isinstance(sizes, list) and hits
+            and len(hits) == len(sizes)
+            and all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                    for v in hits + sizes)):
+        raise ValueError(f"batch_correct and batch_n must be equal-length lists of integers, got "
+                         f"{brief(hits)} and {brief(sizes)}")
+    if any(n < 1 or not 0 <= c <= n for c, n in zip(hits, sizes)):
+        raise ValueError("batch_correct must lie within 0..batch_n, batch by batch")
+    if not math.isclose(sum(hits) / sum(sizes), accuracy, abs_tol=1e-9):
+        raise ValueError(f"accuracy {accuracy} is not the batches' {sum(hits)} / {sum(sizes)}")
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and \
+        math.isfinite(value)
+
+
+def is_fraction(value: Any) -> bool:
+    return is_number(value) and 0.0 <= value <= 1.0
+
+
+def brief(value: Any, width: int = 60) -> str:
+    """``repr(value)``, cut to ``width`` characters."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def method_label(config: dict[str, Any]) -> str:
@@ -112,11 +178,23 @@ def batches(runs: list[dict]) -> tuple[list, list]:
     return [r["batch_correct"] for r in runs], [r["batch_n"] for r in runs]
 
 
+MIN_BATCHES = 10
+"""Fewer test batches than this in a run: a bootstrap over them is no interval (3 batches of
+64 gave ± 0.9 points where the binomial interval over their 192 images is about ± 7), and no
+paired test can tell ties, so such a cell shows no interval and its column marks no best."""
+
+
+def few_batches(runs: list[dict]) -> bool:
+    """Whether some run has per-batch data with fewer than :data:`MIN_BATCHES` batches."""
+    return any(len(r["batch_n"]) < MIN_BATCHES for r in runs if "batch_n" in r)
+
+
 def interval(runs: list[dict]) -> tuple[float, float, str] | None:
-    """95% interval of the mean accuracy of ``runs`` (one per seed), and how it was made."""
+    """95% interval of the mean accuracy of ``runs`` (one per seed), and how it was made; None
+    for one run without batches or with fewer than :data:`MIN_BATCHES` of them."""
     if len(runs) > 1:
         return (*seed_interval([r["accuracy"] for r in runs]), "t over seeds")
-    if has_batches(runs):
+    if has_batches(runs) and not few_batches(runs):
         return (*bootstrap_interval(*(v[0] for v in batches(runs))), "bootstrap over batches")
     return None
 
@@ -141,9 +219,16 @@ def mean_accuracy(runs: list[dict]) -> float:
     return float(np.mean([r["accuracy"] for r in runs]))
 
 
-def percent(value: float, bounds: tuple[float, float, str] | None) -> str:
-    text = f"{100 * value:.1f}"
-    return text if bounds is None else f"{text} ± {50 * (bounds[1] - bounds[0]):.1f}"
+def percent(runs: list[dict]) -> str:
+    """``mean ± h`` of ``runs``; without an interval the mean alone, with ``(n batches)`` when
+    there were too few batches for one."""
+    text = f"{100 * mean_accuracy(runs):.1f}"
+    bounds = interval(runs)
+    if bounds is not None:
+        return f"{text} ± {50 * (bounds[1] - bounds[0]):.1f}"
+    if len(runs) == 1 and few_batches(runs):
+        return f"{text} ({len(runs[0]['batch_n'])} batches)"
+    return text
 
 
 def table(records: list[dict[str, Any]], columns: list[str] | None = None) -> tuple[str, str]:
@@ -156,7 +241,10 @@ def table(records: list[dict[str, Any]], columns: list[str] | None = None) -> tu
     keys = sorted({k for _, k in cells}, key=lambda k: json.dumps(k))
     best = {k: max((m for m in methods if (m, k) in cells),
                    key=lambda m: mean_accuracy(cells[(m, k)])) for k in keys}
-    bold = {(m, k) for (m, k), runs in cells.items() if tied(cells[(best[k], k)], runs)}
+    judged = {k for k in keys if not any(few_batches(cells[(m, k)]) for m in methods
+                                         if (m, k) in cells)}
+    bold = {(m, k) for (m, k), runs in cells.items()
+            if k in judged and tied(cells[(best[k], k)], runs)}
     complete = [m for m in methods if all((m, k) in cells for k in keys)]
     # the average column: every (column, seed) run of a method, so the same machinery applies
     overall = {m: [r for k in keys for r in cells[(m, k)]] for m in complete}
@@ -165,7 +253,8 @@ def table(records: list[dict[str, Any]], columns: list[str] | None = None) -> tu
     n_seeds = sorted({len(runs) for runs in cells.values()})
     header = ["method", *[" / ".join(str(v) for v in k) for k in keys], "avg"]
     lines = [f"columns: {' / '.join(columns)}; accuracy (%) ± half-width of its 95% interval; "
-             f"bold: the best and every method tied with it; test images per run: "
+             f"bold: the best and every method tied with it (not in a column with a run of "
+             f"fewer than {MIN_BATCHES} test batches: no interval there); test images per run: "
              f"{', '.join(map(str, n_images))}; seeds per cell: {', '.join(map(str, n_seeds))}",
              "", "| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
     current = None
@@ -178,21 +267,22 @@ def table(records: list[dict[str, Any]], columns: list[str] | None = None) -> tu
             if (m, k) not in cells:
                 row.append("–")
                 continue
-            runs = cells[(m, k)]
-            text = percent(mean_accuracy(runs), interval(runs))
+            text = percent(cells[(m, k)])
             row.append(f"**{text}**" if (m, k) in bold else text)
         if m not in overall:
             row.append("–")
         else:
             text = f"{100 * mean_accuracy(overall[m]):.1f}"
-            row.append(f"**{text}**" if tied(overall[top], overall[m]) else text)
+            judge = not any(few_batches(runs) for runs in overall.values())
+            row.append(f"**{text}**" if judge and tied(overall[top], overall[m]) else text)
         lines.append("| " + " | ".join(row) + " |")
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(["method", "group", *columns, "accuracy_mean", "ci_low", "ci_high",
                      "interval", "n_seeds", "n_samples", "tied_with_best"])
     for (m, k), runs in sorted(cells.items(), key=lambda item: json.dumps(item[0])):
-        low, high, how = interval(runs) or (None, None, "none")
+        low, high, how = interval(runs) or (
+            None, None, f"none (fewer than {MIN_BATCHES} batches)" if few_batches(runs) else "none")
         writer.writerow([m, group[m], *k, mean_accuracy(runs), low, high, how,
                          len(runs), sum(r.get("n_samples", 0) for r in runs), (m, k) in bold])
     return "\n".join(lines) + "\n", buf.getvalue()
@@ -243,11 +333,11 @@ def plot_per_domain(records: list[dict[str, Any]], path: Path, title: str) -> No
     per_method: dict[str, list[dict]] = defaultdict(list)
     fields = row_fields(same, [])
     for r in same:
-        per_method[row_label(r["config"], fields)].append(r["per_domain"])
-    domains = list(same[0]["per_domain"])
+        per_method[row_label(r["config"], fields)].append(r.get("per_domain", {}))
+    domains = list(dict.fromkeys(d for r in same for d in r.get("per_domain", {})))
     for m, runs in sorted(per_method.items()):
-        ax.plot(domains, [100 * np.mean([run[d] for run in runs]) for d in domains],
-                marker="o", label=m)
+        ax.plot(domains, [100 * np.mean([run[d] for run in runs if d in run] or [np.nan])
+                          for d in domains], marker="o", label=m)
     ax.set_xlabel("domain (corruption)")
     ax.set_ylabel("accuracy (%)")
     stream = " / ".join(f"{f}={column_value(first, f)}" for f in COLUMN_KEYS)

@@ -12,33 +12,47 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from dyntta.atomic import write_atomic
 
 
-def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
+def read_results(
+    path: str | os.PathLike, check: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
     """The complete records of a results file, one per cell key ([] if there is no file).
 
     A line that is not a JSON object (a torn write: an interrupted append, a disk that filled
     up) is skipped with a warning naming it; its cell counts as unfinished and a re-run redoes
     it. A second record of a cell key already read is skipped with a warning (the first wins).
+    A file that is not text is a ``ValueError``. With ``check`` (reading for a report), so is a
+    record that ``check`` refuses (the message names the line) and a file of which no line is a
+    JSON object.
     """
     path = Path(path)
     if not path.exists():
         return []
-    records, seen = [], set()
-    for number, line in enumerate(path.read_text(errors="replace").split("\n"), 1):
+    data = path.read_bytes()
+    text = data.decode("utf-8", errors="replace")
+    if b"\0" in data or "\ufffd" in text[: text.rfind("\n") + 1]:  # a torn tail may cut a character
+        raise ValueError(f"{path}: not a results file (binary, or not UTF-8 text); expected the "
+                         "JSON lines dyntta bench writes")
+    records, seen, torn = [], set(), []
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             record = None
         if not isinstance(record, dict):
-            warnings.warn(f"{path}: line {number} is not a whole JSON record; skipped (a re-run "
-                          "of the same command redoes its cell)", stacklevel=2)
+            torn.append(number)
             continue
+        if check is not None:
+            try:
+                check(record)
+            except ValueError as exc:
+                raise ValueError(f"{path}: line {number}: {exc}") from None
         key = record.get("key")
         if key is not None:
             if key in seen:
@@ -47,7 +61,20 @@ def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
                 continue
             seen.add(key)
         records.append(record)
+    if check is not None and torn and not records:
+        raise ValueError(f"{path}: not a results file: none of its {len(torn)} line(s) is a "
+                         "JSON record of dyntta bench")
+    for number in torn[:SHOWN]:
+        warnings.warn(f"{path}: line {number} is not a whole JSON record; skipped (a re-run "
+                      "of the same command redoes its cell)", stacklevel=2)
+    if len(torn) > SHOWN:
+        warnings.warn(f"{path}: {len(torn) - SHOWN} more lines are not whole JSON records; "
+                      "skipped", stacklevel=2)
     return records
+
+
+SHOWN = 5
+"""Torn lines named one by one in warnings; more are counted in one line."""
 
 
 def drop_torn_tail(path: str | os.PathLike) -> None:

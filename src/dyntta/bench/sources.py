@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import warnings
 from pathlib import Path
 
 from torch import nn
@@ -37,11 +38,13 @@ from dyntta.data import (
     load_digits_c,
     load_npz,
 )
-from dyntta.data.datasets import check_labels
+from dyntta.data.datasets import LABELS_FILE, check_labels
 from dyntta.models import load_checkpoint
 
 DATASETS = ("digits", "cifar10-c", "cifar100-c", "imagenet-c", "npz")
 DEFAULT_FOLDERS = {"cifar10-c": "CIFAR-10-C", "cifar100-c": "CIFAR-100-C", "imagenet-c": "ImageNet-C"}
+CLASSES = {"digits": 10, "cifar10-c": 10, "cifar100-c": 100, "imagenet-c": 1000}
+"""The number of classes of each dataset kind; its model must have exactly these."""
 
 DIGITS_MODEL = "models/digits-resnet20.pt"
 """The embedded default's source model, in the package (``dyntta train --out ...`` with its
@@ -71,7 +74,7 @@ class Source:
 
 
 def cache_root(options: SourceOptions) -> Path:
-    return Path(options.cache_dir) if options.cache_dir else default_cache_dir()
+    return Path(options.cache_dir).expanduser() if options.cache_dir else default_cache_dir()
 
 
 def resolve_path(path: str, options: SourceOptions) -> Path:
@@ -87,6 +90,9 @@ def resolve_source(
     """Open the dataset of ``entry`` and load its source model (the shipped one for ``digits``)."""
     if entry.name not in DATASETS:
         raise ValueError(f"unknown dataset {entry.name!r}; valid: {', '.join(DATASETS)}")
+    if entry.name == "digits" and entry.path is not None:
+        raise ValueError("dataset 'digits' is embedded and takes no path (for images of your own "
+                         "give dataset 'npz' with the .npz file as its path)")
     checkpoint = options.checkpoint or entry.checkpoint
     if checkpoint is None and entry.name != "digits":
         raise ValueError(f"dataset {entry.name!r} needs a model: give --checkpoint PATH")
@@ -96,6 +102,10 @@ def resolve_source(
         checkpoint_path = resolve_path(checkpoint, options)
     model = load_checkpoint(checkpoint_path)
     classes = model.net.get_submodule(model.net.head).out_features
+    expected = CLASSES.get(entry.name)
+    if expected is not None and classes != expected:
+        raise ValueError(f"{checkpoint_path.name} has {classes} classes but {entry.name} has "
+                         f"{expected}: give a model trained on its classes")
     if entry.name == "digits":
         dataset = load_digits_c(cache_root(options), severities=options.severities,
                                 progress=progress)
@@ -105,12 +115,21 @@ def resolve_source(
         dataset = corrupted_npz(resolve_path(entry.path, options), options, progress, classes)
     else:
         folder = resolve_path(entry.path or DEFAULT_FOLDERS[entry.name], options)
+        images = entry.name == "imagenet-c"
+        layout = "<corruption>/<severity>/<wnid>/*.JPEG" if images else \
+            "<corruption>.npy and labels.npy"
         if not folder.is_dir():
-            layout = ("<corruption>/<severity>/<wnid>/*.JPEG" if entry.name == "imagenet-c"
-                      else "<corruption>.npy and labels.npy")
             raise FileNotFoundError(f"{entry.name}: folder {folder} not found (expected {layout})")
+        if not images and not (folder / LABELS_FILE).is_file():
+            raise FileNotFoundError(f"{entry.name}: {folder} holds no {LABELS_FILE} (expected "
+                                    f"{layout}, e.g. from dyntta download or dyntta make-c)")
         dataset = load_corrupted(folder.parent, folder.name)
     check_labels(dataset.labels, f"dataset {entry.name!r} with {checkpoint_path.name}", classes)
+    used = int(dataset.labels.max()) + 1
+    if expected is None and used < classes:
+        warnings.warn(f"dataset {entry.name!r}: its labels use classes 0..{used - 1} of the "
+                      f"{classes} of {checkpoint_path.name}; check that they are the model's "
+                      "classes", stacklevel=2)
     return Source(entry.name, dataset, model, checkpoint_path.name, file_sha256(checkpoint_path))
 
 

@@ -63,6 +63,11 @@ def train_classifier(
         raise ValueError(f"training needs epochs >= 1, batch_size >= 2 (BN) and lr > 0; got "
                          f"epochs={epochs}, batch_size={batch_size}, lr={lr}")
     num_classes = int(labels.max()) + 1
+    absent = num_classes - len(np.unique(labels))
+    if absent:
+        raise ValueError(f"training labels go up to {num_classes - 1} but {absent} of the classes "
+                         f"0..{num_classes - 1} have no example (a stray label?): labels must be "
+                         "0..K-1 with every class present")
     torch.manual_seed(seed)
     spec = ARCHITECTURES.get(arch) if isinstance(arch, str) else arch
     if spec is None:

@@ -9,7 +9,8 @@ rerun with the same arguments skips finished corruptions and parts and produces 
 refused rather than mixed in.
 
 Builds of one folder take turns (a ``flock`` on ``<out>/.lock``); each starts by removing what a
-killed build left behind: temporary files and the parts of corruptions it does not build now.
+killed build left behind, and nothing else: its own temporary files and the parts of corruptions
+it does not build now. A non-empty folder without ``meta.json`` is refused, not written into.
 """
 
 from __future__ import annotations
@@ -163,19 +164,23 @@ def _turn(out: Path):
 
 
 def _clean_leftovers(out: Path, todo: Sequence[str]) -> None:
-    """Remove what a killed build left: temporary files (``.<name>.<random>.tmp``, see
-    :func:`dyntta.atomic.atomic_path`) and the part folders of corruptions not in ``todo``."""
-    for tmp in out.glob(".*.tmp"):
-        tmp.unlink(missing_ok=True)
+    """Remove what a killed build left, and only that: this tool's temporary files
+    (``.<output>.<random>.tmp`` for its own outputs, see :func:`dyntta.atomic.atomic_path`) and
+    the part folders of corruptions not in ``todo``."""
+    outputs = [f"{c}.npy" for c in CORRUPTIONS] + [LABELS_FILE, META_FILE]
+    for name in outputs:
+        for tmp in out.glob(f".{name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
     parts = out / PARTS
     if parts.is_dir():
         for folder in parts.iterdir():
-            if folder.name not in todo:
+            if folder.name in CORRUPTIONS and folder.name not in todo:
                 shutil.rmtree(folder)
 
 
 def _claim(out: Path, meta: dict) -> None:
-    """Write ``meta.json`` to a new folder, or check that an existing build used the same inputs."""
+    """Write ``meta.json`` to a new or empty folder, or check that an existing build used the
+    same inputs; a non-empty folder that no build made is refused (its files are the user's)."""
     path = out / META_FILE
     if path.is_file():
         old = json.loads(path.read_text())
@@ -186,8 +191,11 @@ def _claim(out: Path, meta: dict) -> None:
                 f"use another folder or delete it"
             )
         return
-    if out.is_dir() and any(out.glob("*.npy")):
-        raise ValueError(f"{out} already holds .npy files but no {META_FILE}; refusing to write into it")
+    others = sorted(p.name for p in out.iterdir() if p.name != LOCK)
+    if others:
+        raise ValueError(f"{out} is not empty ({', '.join(others[:3])}"
+                         f"{', ...' if len(others) > 3 else ''}) and holds no build of this tool "
+                         f"(no {META_FILE}): give a new or empty folder")
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(meta, indent=1))
 

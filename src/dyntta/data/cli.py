@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dyntta.arguments import non_negative_int, positive_int
+from dyntta.arguments import non_negative_int, path, positive_int
 from dyntta.data.build import build_corrupted
 from dyntta.data.corruptions import CORRUPTIONS, RECIPES
 from dyntta.data.datasets import SEVERITIES, load_npz
@@ -18,13 +18,18 @@ from dyntta.data.digits import load_digits_split
 from dyntta.data.frost import SOURCES as FROST_SOURCES
 
 
+def expanded(text: str) -> Path:
+    """A path argument with ``~`` expanded."""
+    return Path(path(text))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "source",
         help="'digits' (the embedded scikit-learn digits test split) or a .npz file with arrays "
         "x (N, H, W, 3) uint8 and y (N,) integer labels",
     )
-    parser.add_argument("out", type=Path, help="output folder (<corruption>.npy, labels.npy, meta.json)")
+    parser.add_argument("out", type=expanded, help="output folder (<corruption>.npy, labels.npy, meta.json)")
     parser.add_argument("--corruptions", nargs="+", default=list(CORRUPTIONS), choices=CORRUPTIONS,
                         metavar="NAME", help="corruptions to build (default: all 15)")
     parser.add_argument("--severities", nargs="+", type=int, default=list(SEVERITIES), choices=SEVERITIES,
@@ -73,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 def add_download_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dataset", choices=sorted(DATASETS), help="the published set to fetch")
-    parser.add_argument("root", type=Path,
+    parser.add_argument("root", type=expanded,
                         help="data root: the set lands in <root>/CIFAR-10-C, <root>/ImageNet-C, ...")
     parser.add_argument("--parts", nargs="+", metavar="PART", default=None,
                         help="ImageNet-C archives (default: noise blur weather digital; "

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -250,15 +252,32 @@ def load_corrupted(root: str | os.PathLike, name: str) -> CorruptedDataset:
 
 def load_npz(path: str | os.PathLike, what: str = "npz file") -> tuple[np.ndarray, np.ndarray]:
     """The arrays ``x`` (images, (N, H, W, 3) uint8) and ``y`` (labels) of an .npz file; a
-    missing file or array is an error naming it (``what`` says what the file is for)."""
+    missing, unreadable or truncated file, a plain ``.npy`` or a missing array is an error naming
+    it (``what`` says what the file is for)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{what} not found: {path} (expected an .npz with arrays x and y)")
-    with np.load(path, allow_pickle=False) as archive:
-        missing = {"x", "y"} - set(archive.files)
-        if missing:
-            raise ValueError(f"{path}: missing arrays {sorted(missing)}; it holds {archive.files}")
-        return archive["x"], archive["y"]
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if magic == b"\x93NUMPY":
+        raise ValueError(f"{path}: a single .npy array, not an .npz archive of x and y (write one "
+                         "with numpy.savez(path, x=images, y=labels))")
+    if not magic.startswith(b"PK"):
+        raise ValueError(f"{path}: not an .npz archive (no zip header: a text file or another "
+                         "format?); expected arrays x and y saved by numpy.savez")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            missing = {"x", "y"} - set(archive.files)
+            if missing:
+                raise ValueError(f"{path}: missing arrays {sorted(missing)}; it holds "
+                                 f"{archive.files}")
+            return archive["x"], archive["y"]
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+        raise ValueError(f"{path}: a damaged or truncated .npz archive ({exc})") from None
+    except ValueError as exc:
+        if str(exc).startswith(str(path)):
+            raise
+        raise ValueError(f"{path}: a damaged or truncated .npz archive ({exc})") from None
 
 
 def check_labels(labels: np.ndarray, what: str, num_classes: int | None = None) -> None:

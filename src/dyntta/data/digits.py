@@ -25,7 +25,7 @@ TEST_EVERY = 4
 
 def default_cache_dir() -> Path:
     """``$DYNTTA_CACHE`` if set, else ``~/.cache/dyntta``."""
-    return Path(os.environ.get("DYNTTA_CACHE") or Path.home() / ".cache" / "dyntta")
+    return Path(os.environ.get("DYNTTA_CACHE") or Path.home() / ".cache" / "dyntta").expanduser()
 
 
 def digits_rgb() -> tuple[np.ndarray, np.ndarray]:

@@ -285,8 +285,12 @@ def download(
         raise ValueError(
             f"{dataset.folder}: unknown parts {unknown or chosen}; available: {', '.join(dataset.parts)}"
         )
-    root = Path(root)
+    root = Path(root).expanduser()
     target = root / dataset.folder
+    for folder in (root, target):
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"{folder} is a file, not a folder: give a data root folder to "
+                             "download into")
     for part in chosen:
         archive = dataset.parts[part]
         wanted = [target / c for c in archive.corruptions] or [target]

@@ -4,8 +4,15 @@
 A method is an ``nn.Module`` that owns a deep copy of the user's model (the user's model is never
 modified) and a frozen dataclass of hyper-parameters, ``config``. Subclasses state only what
 differs: :meth:`Method.prepare` turns the copied model into the adapted one, :meth:`Method.step`
-handles one batch, and :meth:`Method.on_reset` rebuilds whatever is not in the state dict
-(optimiser, memory).
+handles one batch, and :meth:`Method.on_reset` builds the state that is not a parameter or a
+buffer (optimiser, memory, counters, generators).
+
+The whole adaptation state is in ``state_dict()``: parameters and buffers as usual, and every
+attribute that :meth:`Method.on_reset` assigns (recorded when the method is built), plus the
+attributes a submodule lists in ``adaptation_state`` (e.g. a layer's window), under
+``_extra_state`` keys (:mod:`dyntta.state`). ``load_state_dict()`` of a saved adapted model into
+a fresh ``adapt(model, name, same options)`` therefore resumes exactly: the next logits are those
+the saved one would have given. ``reset()`` is the load of the state saved at construction.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from typing import Any, ClassVar, Literal, Union
 import torch
 from torch import nn
 
+from dyntta.state import CarriesState
+
 
 @dataclasses.dataclass(frozen=True)
 class NoConfig:
@@ -31,7 +40,7 @@ CompileOption = Union[bool, dict]
 ``{"mode": "reduce-overhead"}``)."""
 
 
-class Method(nn.Module):
+class Method(CarriesState):
     """Base class of every test-time adaptation method.
 
     Args:
@@ -84,10 +93,15 @@ class Method(nn.Module):
             )
         self.config = config
         self.validate = validate
-        self.model = self.prepare(copy.deepcopy(model))
+        copied = copy.deepcopy(model)
+        copied.register_forward_hook(check_logits)  # copies made by prepare (teachers) keep it
+        self.model = self.prepare(copied)
         self.input_dtype = model_dtype(self.model)
-        self._source_state = copy.deepcopy(self.state_dict())
+        self._recording: set[str] | None = set()
         self.on_reset()
+        self._state_names = tuple(sorted(self._recording))
+        self._recording = None
+        self._source_state = copy.deepcopy(self.state_dict())
         self.compiled = compile_options is not None
         if self.compiled:
             self.model.compile(**compile_options)
@@ -101,7 +115,32 @@ class Method(nn.Module):
         raise NotImplementedError
 
     def on_reset(self) -> None:
-        """Rebuild state that lives outside the state dict (called at start and by reset)."""
+        """Build the state that is not a parameter or a buffer (called at start, by ``reset()``
+        and before a state dict is loaded): every attribute assigned here is adaptation state,
+        saved in the state dict."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        recording = self.__dict__.get("_recording")
+        if recording is not None:
+            recording.add(name)
+        super().__setattr__(name, value)
+
+    def state_names(self) -> tuple[str, ...]:
+        return self._state_names
+
+    def set_extra_state(self, state: Any) -> None:
+        """Start from a fresh :meth:`on_reset` state, then restore the saved one into it."""
+        self.on_reset()
+        super().set_extra_state(state)
+
+    def train(self, mode: bool = True) -> "Method":
+        """Sets only this module's ``training`` flag: the adapted network's layers keep the
+        modes the method gives them (a BN layer switched to training mode by a user would
+        overwrite its statistics), so ``adapted.train()`` and ``.eval()`` change no result."""
+        if not isinstance(mode, bool):
+            raise ValueError(f"train(mode) takes True or False, got {mode!r}")
+        self.training = mode
+        return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits (B, K) for a batch ``x: (B, C, H, W)`` of images in [0, 1]."""
@@ -115,7 +154,6 @@ class Method(nn.Module):
     def reset(self) -> None:
         """Restore the exact source state: weights, buffers and any method memory."""
         self.load_state_dict(self._source_state)
-        self.on_reset()
 
 
 def compile_arguments(option: CompileOption) -> dict | None:
@@ -157,6 +195,16 @@ def check_batch(x: torch.Tensor, dtype: torch.dtype | None = None) -> None:
             f"input is {x.dtype} but the model computes in {dtype}: convert the batch first "
             f"(e.g. x.to({dtype}))"
         )
+
+
+def check_logits(module: nn.Module, args: Any, output: Any) -> None:
+    """Forward hook on the adapted model: raise ``ValueError`` unless it returned logits, a
+    (B, K) tensor (a model returning a tuple or a dict needs a wrapper that picks the logits)."""
+    if not isinstance(output, torch.Tensor) or output.ndim != 2:
+        got = type(output).__name__ if not isinstance(output, torch.Tensor) else \
+            f"a tensor of shape {tuple(output.shape)}"
+        raise ValueError(f"the model must return logits, a (B, K) tensor, but returned {got}: "
+                         "wrap it so that it returns the logits (e.g. the first element)")
 
 
 VALUE_RANGE = (-0.5, 1.5)

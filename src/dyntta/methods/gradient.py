@@ -15,9 +15,10 @@ the optimiser (:meth:`GradientMethod.make_optimizer`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from typing import Literal
+from typing import Iterator, Literal
 
 import torch
 from torch import nn
@@ -93,6 +94,21 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """
     weights = mask.to(values.dtype).reshape(-1, *([1] * (values.ndim - 1)))
     return (values * weights).sum(0) / weights.sum().clamp_min(1.0)
+
+
+@contextlib.contextmanager
+def norm_layers_training(*models: nn.Module) -> Iterator[None]:
+    """Put only the normalisation layers (``SourceNorm2d``) of ``models`` in training mode for
+    the block, and back in eval mode after it: a method's update step trains the layers it
+    adapts, while the user's other layers (dropout, ...) keep their eval behaviour."""
+    layers = [m for model in models for m in model.modules() if isinstance(m, SourceNorm2d)]
+    for layer in layers:
+        layer.train()
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.eval()
 
 
 def check_positive(name: str, value: float) -> None:

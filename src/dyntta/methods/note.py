@@ -35,7 +35,7 @@ from torch import nn
 
 from dyntta.methods.adam import make_adam
 from dyntta.methods.base import check_unit_interval
-from dyntta.methods.gradient import GradientMethod, check_positive
+from dyntta.methods.gradient import GradientMethod, check_positive, norm_layers_training
 from dyntta.methods.memory import PBRS, MemoryConfig, update_chunks
 from dyntta.methods.registry import register
 from dyntta.norm import InstanceAwareBatchNorm2d
@@ -121,8 +121,9 @@ class NOTE(GradientMethod):
 
     @torch.enable_grad()
     def update(self) -> None:
-        """One epoch (one batch) of entropy minimisation on the memory, in training mode."""
-        self.model.train()
-        probs = (self.model(self.memory.images()) / self.config.temperature).softmax(1)
-        self.descend(-(probs * torch.log(probs + 1e-6)).mean())
-        self.model.eval()
+        """One epoch (one batch) of entropy minimisation on the memory, its IABN layers in
+        training mode (the code puts the whole model in training mode; the other layers stay
+        in eval mode here, so a dropout layer does not drop during the update)."""
+        with norm_layers_training(self.model):
+            probs = (self.model(self.memory.images()) / self.config.temperature).softmax(1)
+            self.descend(-(probs * torch.log(probs + 1e-6)).mean())

@@ -30,7 +30,7 @@ from torch import nn
 from dyntta.methods.adam import make_adam
 from dyntta.methods.augmentation import StrongAugmentation
 from dyntta.methods.base import check_unit_interval
-from dyntta.methods.gradient import GradientMethod
+from dyntta.methods.gradient import GradientMethod, norm_layers_training
 from dyntta.methods.memory import CSTU, MemoryConfig, update_chunks
 from dyntta.methods.registry import register
 from dyntta.methods.teacher import ema_update_, make_teacher, soft_cross_entropy
@@ -120,19 +120,17 @@ class RoTTA(GradientMethod):
 
     @torch.enable_grad()
     def update(self) -> None:
-        """One training step of the student on the memory, then the teacher's EMA."""
-        self.model.train()
-        self.teacher.train()
+        """One training step of the student on the memory, then the teacher's EMA; the robust
+        BN layers of both are in training mode during it, every other layer in eval mode."""
         images = self.memory.images()
         ages = torch.tensor(self.memory.ages(), dtype=images.dtype, device=images.device)
-        with torch.no_grad():
-            teacher_logits = self.teacher(images)
-        student_logits = self.model(self.augment(images))
-        weights = timeliness(ages / self.memory.capacity)
-        self.descend((soft_cross_entropy(student_logits, teacher_logits) * weights).mean())
+        with norm_layers_training(self.model, self.teacher):
+            with torch.no_grad():
+                teacher_logits = self.teacher(images)
+            student_logits = self.model(self.augment(images))
+            weights = timeliness(ages / self.memory.capacity)
+            self.descend((soft_cross_entropy(student_logits, teacher_logits) * weights).mean())
         ema_update_(self.teacher.parameters(), self.model.parameters(), 1.0 - self.config.nu)
-        self.model.eval()
-        self.teacher.eval()
 
 
 def timeliness(age: torch.Tensor) -> torch.Tensor:

@@ -123,6 +123,10 @@ def infer_spec(state: dict[str, torch.Tensor]) -> Spec:
     stages = sorted(blocks)
     if not stages or stages != list(range(1, len(stages) + 1)):
         raise ValueError(f"cannot infer the architecture: residual stages found {stages}")
+    for s in stages:
+        if blocks[s] != set(range(len(blocks[s]))) or f"layer{s}.0.conv1.weight" not in state:
+            raise ValueError(f"cannot infer the architecture: stage layer{s} has blocks "
+                             f"{sorted(blocks[s])}, expected 0..n-1 each with conv1.weight")
     bottleneck = "layer1.0.conv3.weight" in state
     widths = tuple(state[f"layer{s}.0.conv1.weight"].shape[0] for s in stages)
     return ResNetSpec(
@@ -256,10 +260,22 @@ def load_checkpoint(
     state = blob.get("state_dict", blob.get("model", blob))
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f"{path}: no state dict of tensors found")
+    odd = next((k for k in state if not isinstance(k, str)), None)
+    if odd is not None:
+        raise ValueError(f"{path}: state dict keys must be parameter names, got {odd!r}")
+    if (mean is None) != (std is None):
+        raise ValueError(f"give both mean and std (the input normalisation), not only "
+                         f"{'mean' if std is None else 'std'}")
+    if own_format and (mean is None) and not {"mean", "std"} <= set(blob):
+        raise ValueError(f"{path}: a dyntta checkpoint without its input normalisation ('mean' "
+                         "and 'std'); pass mean=... and std=...")
     check_values(state, str(path))
     state, layout = to_dyntta_names(strip_prefixes(state))
     if arch is None:
-        spec = infer_spec(state)
+        try:
+            spec = infer_spec(state)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
     elif arch in ARCHITECTURES:
         spec = ARCHITECTURES[arch]
     else:
@@ -274,7 +290,10 @@ def load_checkpoint(
             mean, std = blob["mean"], blob["std"]
         else:
             mean, std = default_normalisation(spec, layout, state[head].shape[0], path)
-    model = Normalized(net, mean, std)
+    try:
+        model = Normalized(net, mean, std)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
     model.classes = list(blob.get("classes") or []) if own_format else []
     return model.eval()
 

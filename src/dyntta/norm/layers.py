@@ -27,6 +27,7 @@ from dyntta.norm.stats import (
     spread_ratio,
 )
 from dyntta.norm.window_match import WindowMatch
+from dyntta.state import CarriesState
 
 Clustering = Callable[[torch.Tensor], torch.Tensor]
 """Maps instance means (B, C) to (B,) integer cluster labels; equal labels share a cluster."""
@@ -168,7 +169,7 @@ class AlphaBatchNorm2d(SourceNorm2d):
 SourceWeight = Literal["fixed", "size", "shift", "set"]
 
 
-class ClusterAwareBatchNorm2d(SourceNorm2d):
+class ClusterAwareBatchNorm2d(CarriesState, SourceNorm2d):
     """CABN, DYN's layer: cluster the batch by instance means, normalise each cluster with
     source statistics mixed with the cluster's own.
 
@@ -177,6 +178,9 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
     ``mean = a * mu_src + (1 - a) * mu_k`` and, with ``mix="var"`` (default, as the authors'
     released code computes it), ``var = a * var_src + (1 - a) * s2_k``; with ``mix="std"`` (the
     paper's equation) the standard deviations are mixed, ``sqrt(var) = a * sd_src + (1 - a) * sd_k``.
+
+    Its window (the remembered instance statistics) and the signature and match filters it
+    feeds and reads are adaptation state, carried by its state dict (:mod:`dyntta.state`).
 
     Args:
         bn: the source BatchNorm2d.
@@ -328,6 +332,8 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         if source_weight == "set":
             self.register_buffer("set_weight", torch.tensor(float(alpha)))
         self.reset_window()
+
+    adaptation_state = ("window_mean", "window_var", "signature", "match")
 
     def reset_window(self) -> None:
         """Forget the window's instance statistics (no-op without a window)."""
