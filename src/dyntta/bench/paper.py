@@ -37,7 +37,7 @@ from dyntta.bench.protocols import (
     PROTOCOLS,
     protocol_options,
 )
-from dyntta.bench.report import batches, has_batches, interval, percent, same_streams
+from dyntta.bench.report import batches, has_batches, percent, same_streams
 from dyntta.bench.stats import RESAMPLES, percentile_interval, resampled_means
 from dyntta.data import SCENARIOS
 from dyntta.methods import available_methods
@@ -302,7 +302,7 @@ def block_comparison(block: tuple, published: dict[str, dict], ours: Ours) -> st
     order = sorted(set(paper) | set(mine), key=lambda m: (-paper.get(m, -1), m))
     for m in order:
         theirs = f"{paper[m]:.2f}" if m in paper else "–"
-        own = percent(mine[m] / 100, interval(runs[m])) if m in mine else "–"
+        own = percent(runs[m]) if m in mine else "–"
         lines.append(f"| {m} | {own} | {theirs} | {_gain(mine, m, 'source')} | "
                      f"{_gain(paper, m, 'source')} | {_gain(mine, m, 'tbn')} | "
                      f"{_gain(paper, m, 'tbn')} |")
