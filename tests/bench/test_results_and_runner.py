@@ -15,7 +15,7 @@ import torch
 import dyntta
 from dyntta.bench.config import load_grid
 from dyntta.bench.results import append_record, drop_torn_tail, read_results, run_lock
-from dyntta.bench.runner import run_cell, run_grid
+from dyntta.bench.runner import bind, run_cell, run_grid
 from dyntta.data import make_stream
 from dyntta.models import save_checkpoint
 from tests.bench.helpers import GRID_TOML, tiny_source
@@ -43,7 +43,7 @@ def test_record_accuracy_equals_an_independent_count(grid):
     total = sum(map(sum, hits.values())) / sum(map(len, hits.values()))
     assert record["accuracy"] == pytest.approx(total)
     assert record["per_domain"] == pytest.approx({k: sum(v) / len(v) for k, v in hits.items()})
-    assert record["n_samples"] == 120 and record["key"] == cell.key
+    assert record["n_samples"] == 120 and record["key"] == bind(cell, source).key
     assert record["config"]["method"] == "dyn" and record["images_per_s"] > 0
     assert record["peak_memory_mb"] > 0
     assert record["batch_n"] == [len(b.y) for b in stream]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from importlib import resources
 from pathlib import Path
@@ -45,6 +44,10 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    "with the embedded grid, every row of it is used unless stream.n_samples is set")
     p.add_argument("--dataset-path", type=path, help="path of --dataset (folder, or .npz for 'npz')")
     add_source_arguments(p)
+    p.add_argument("--model", metavar="PACKAGE.MODULE:FUNCTION", help="source model for every "
+                   "dataset, built by your own function (or class) returning an nn.Module that "
+                   "maps images in [0, 1] to logits; --checkpoint is then a state dict loaded "
+                   "into it (the current folder is importable)")
     p.add_argument("--compile", action="store_true", help="torch.compile the networks of the "
                    "backward-free methods (fine-tuning methods run eagerly); wall times include "
                    "the compilation; --set 'compile={backend=\"aot_eager\"}' instead passes "
@@ -68,10 +71,9 @@ EXECUTOR_FLAGS = ("slurm_partition", "slurm_time", "gpus_per_cell", "cpus_per_ce
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    from dyntta.bench.api import run, slug
     from dyntta.bench.config import load_grid
     from dyntta.bench.executors import CellsFailed
-    from dyntta.bench.report import table, write_report
-    from dyntta.bench.runner import run_grid
 
     if args.dataset_path and not args.dataset:
         raise ValueError("--dataset-path needs --dataset (which kind of data it is: "
@@ -100,8 +102,9 @@ def run_bench(args: argparse.Namespace) -> int:
             grid = load_grid(path, overrides)
     out = Path(args.out or Path("runs") / slug(grid.title)).expanduser()
     try:
-        records = run_grid(grid, out / "results.jsonl", source_options(args), args.workers,
-                           args.device, progress=not args.no_progress)
+        result = run(grid, args.model, checkpoint=args.checkpoint, out=out,
+                     data_dir=args.data_dir, cache_dir=args.cache_dir, workers=args.workers,
+                     device=args.device, progress=not args.no_progress)
     except CellsFailed as exc:
         print(f"dyntta bench: {exc}\nthe other cells are in {out / 'results.jsonl'}; the same "
               "command again runs only the missing cells", file=sys.stderr)
@@ -109,9 +112,8 @@ def run_bench(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         raise KeyboardInterrupt(f"the finished cells are kept in {out / 'results.jsonl'}; run "
                                 "the same command again to resume") from None
-    write_report(records, out, grid.title)
     print(f"# {grid.title}\n")
-    print(table(records, grid.columns)[0])
+    print(result.table)
     print(f"results and report in {out}/")
     return 0
 
@@ -184,6 +186,3 @@ def run_report(args: argparse.Namespace) -> int:
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
 
-
-def slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "run"

@@ -26,6 +26,8 @@ A grid file has these tables (every key optional except where noted; an unknown 
     name = "cifar10-c"                          # see dyntta.bench.sources.DATASETS
     path = "CIFAR-10-C"                         # relative to --data-dir unless absolute
     checkpoint = "resnet50-cifar10.pt"          # relative to --data-dir unless absolute
+    model = "mypackage.models:build"            # a factory returning an nn.Module (--model); the
+                                                # checkpoint, if given, is loaded into it
     family = "cifar10"                          # cifar10 / cifar100 / imagenet (for "published"
                                                 # and --paper; implied by the cifar*/imagenet-c
                                                 # names; digits has none)
@@ -73,20 +75,22 @@ from dyntta.methods.base import config_from_options
 TOP_KEYS = {"title", "seeds", "methods", "columns", "stream", "datasets", "options", "protocol",
             "compile", "executor"}
 STREAM_KEYS = {"scenarios", "batch_sizes", "n_domains", "rounds", "deltas", "severity", "n_samples"}
-DATASET_KEYS = {"name", "path", "checkpoint", "family"}
+DATASET_KEYS = {"name", "path", "checkpoint", "family", "model"}
 EXECUTORS = ("process", "slurm")
 COLUMN_KEYS = ("dataset", "scenario", "batch_size", "n_domains", "rounds", "delta", "severity")
 
 
 @dataclasses.dataclass(frozen=True)
 class DatasetEntry:
-    """A dataset of the grid: its kind, where its files are, which model to adapt and its family
-    (``cifar10`` / ``cifar100`` / ``imagenet``: which published hyper-parameters apply)."""
+    """A dataset of the grid: its kind, where its files are, which model to adapt (a checkpoint,
+    a factory's import path ``package.module:function``, or both) and its family (``cifar10`` /
+    ``cifar100`` / ``imagenet``: which published hyper-parameters apply)."""
 
     name: str
     path: str | None = None
     checkpoint: str | None = None
     family: str | None = None
+    model: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +110,8 @@ class ExecutorSpec:
 @dataclasses.dataclass(frozen=True)
 class Cell:
     """One run: a stream of one dataset, one method with its options (those of ``protocol``
-    and the grid's), one seed."""
+    and the grid's), one seed; once bound to its source (:func:`dyntta.bench.runner.bind`), also
+    what identifies the model and data (``source``) and the test rows (``rows``) it runs on."""
 
     dataset: DatasetEntry
     scenario: str
@@ -123,6 +128,10 @@ class Cell:
     compile: bool | tuple[tuple[str, Any], ...] = False
     """Whether the method's network runs compiled: ``False``, ``True`` or ``torch.compile``'s
     arguments as sorted (name, value) pairs."""
+    source: tuple[tuple[str, Any], ...] = ()
+    """:attr:`dyntta.bench.sources.Source.identity` of the model and data the cell runs on."""
+    rows: str | None = None
+    """:func:`dyntta.bench.runner.rows_fingerprint` of the cell's stream."""
 
     @property
     def compile_option(self) -> bool | dict[str, Any]:
@@ -130,19 +139,20 @@ class Cell:
         return self.compile if isinstance(self.compile, bool) else dict(self.compile)
 
     def to_dict(self) -> dict[str, Any]:
+        """The configuration, with ``source`` as a dict; without ``rows`` (a record carries it
+        as ``rows_fingerprint``)."""
         d = dataclasses.asdict(self)
         d["options"] = dict(self.options)
         d["compile"] = self.compile_option
+        d["source"] = dict(self.source)
+        del d["rows"]
         return d
 
     @property
     def key(self) -> str:
-        """A stable identifier of the cell's configuration (hex digest of its JSON; an eager
-        cell's leaves ``compile`` out, so results written before that field still resume)."""
-        d = self.to_dict()
-        if self.compile is False:
-            del d["compile"]
-        blob = json.dumps(d, sort_keys=True)
+        """A stable identifier of everything the cell's result depends on: its configuration,
+        model and data (``source``) and test rows (hex digest of their JSON)."""
+        blob = json.dumps([self.to_dict(), self.rows], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -6,10 +6,13 @@ owns a results file (a lock), so no cell is recorded twice. Cells are independen
 so running them in parallel worker processes or as cluster jobs gives the same records;
 wherever they run, this process alone appends to the results file.
 
-Every record carries its provenance: the cell's full configuration (with the protocol), the
-checkpoint's sha256, a fingerprint of the test rows streamed, the evaluation policy, the metric,
-hits and sizes of every batch (for the intervals of :mod:`dyntta.bench.stats`), versions and the
-git revision.
+Every record carries its provenance: the cell's full configuration (with the protocol and the
+identity of the model and data, :attr:`~dyntta.bench.sources.Source.identity`), the checkpoint's
+sha256, the model's factory, a fingerprint of the test rows streamed, the evaluation policy, the
+metric, hits and sizes of every batch (for the intervals of :mod:`dyntta.bench.stats`), versions
+and the git revision. A cell's key covers its configuration, the model and data identity and the
+test rows, so a re-run with another checkpoint, factory or model, or with a data file replaced,
+runs its cells anew instead of reusing those of the other model or data.
 """
 
 from __future__ import annotations
@@ -91,10 +94,9 @@ def rows_fingerprint(stream: Stream) -> str:
     return digest.hexdigest()[:16]
 
 
-def run_cell(cell: Cell, source: Source, device: str = "cpu", progress: bool = False) -> dict:
-    """Adapt ``source.model`` with ``cell.method`` along the cell's stream; return its record."""
-    dev = torch.device(device)
-    stream = make_stream(
+def stream_of(cell: Cell, source: Source) -> Stream:
+    """The test stream of ``cell`` over ``source``'s dataset."""
+    return make_stream(
         source.dataset,
         n_domains=cell.n_domains,
         severity=cell.severity,
@@ -105,6 +107,26 @@ def run_cell(cell: Cell, source: Source, device: str = "cpu", progress: bool = F
         delta=cell.delta,
         n_samples=cell.n_samples,
     )
+
+
+def bind(cell: Cell, source: Source, stream: Stream | None = None) -> Cell:
+    """``cell`` with the identity of ``source`` and the fingerprint of its stream (``stream``,
+    or planned here), which its key covers."""
+    rows = rows_fingerprint(stream_of(cell, source) if stream is None else stream)
+    return dataclasses.replace(cell, source=source.identity, rows=rows)
+
+
+def run_cell(cell: Cell, source: Source, device: str = "cpu", progress: bool = False) -> dict:
+    """Adapt ``source.model`` with ``cell.method`` along the cell's stream; return its record.
+    A cell already bound (:func:`bind`) to another model, data or rows than ``source``'s here is
+    a ``ValueError``."""
+    dev = torch.device(device)
+    stream = stream_of(cell, source)
+    bound = bind(cell, source, stream)
+    if cell.rows is not None and bound != cell:
+        raise ValueError(f"cell {cell.key}: the model or test data here differ from those the "
+                         f"run was planned with ({dict(cell.source)}, rows {cell.rows}; here "
+                         f"{dict(bound.source)}, rows {bound.rows})")
     torch.manual_seed(cell.seed)
     method = dyntta.adapt(source.model, cell.method, compile=cell.compile_option, **dict(cell.options))
     method = method.to(dev)
@@ -126,9 +148,10 @@ def run_cell(cell: Cell, source: Source, device: str = "cpu", progress: bool = F
     wall = time.perf_counter() - start
     n = int(seen.sum())
     return {
-        "key": cell.key,
-        "config": cell.to_dict(),
+        "key": bound.key,
+        "config": bound.to_dict(),
         "model": source.model_name,
+        "model_factory": source.model_factory,
         "accuracy": float(correct.sum()) / n,
         "per_domain": {
             d.corruption: float(c) / int(s) for d, c, s in zip(stream.domains, correct, seen)
@@ -142,7 +165,7 @@ def run_cell(cell: Cell, source: Source, device: str = "cpu", progress: bool = F
         "protocol": cell.protocol,
         "seed": cell.seed,
         "checkpoint_sha256": source.checkpoint_sha256,
-        "rows_fingerprint": rows_fingerprint(stream),
+        "rows_fingerprint": bound.rows,
         "wall_s": wall,
         "images_per_s": n / wall,
         "peak_memory_mb": peak_memory_mb(dev),
@@ -206,7 +229,7 @@ def run_grid(
         resolver: ``(dataset entry, options, progress) -> Source``; :func:`resolve_source`.
         executor: overrides the one ``grid.executor`` and ``workers`` ask for.
 
-    Returns all records of the results file that belong to the grid's cells.
+    Returns the records of the grid's cells (with this model and data) in the results file.
     Raises :class:`~dyntta.bench.executors.CellsFailed` after the other cells finished if some
     failed (a re-run runs only those).
     """
@@ -214,27 +237,27 @@ def run_grid(
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     with run_lock(results):
-        run_unfinished(grid, results, options, workers, device, progress, resolver, executor)
-    keys = {c.key for c in grid.cells()}
+        keys = run_unfinished(grid, results, options, workers, device, progress, resolver,
+                              executor)
     return [r for r in read_results(results) if r.get("key") in keys]
 
 
 def run_unfinished(grid: Grid, results: Path, options: SourceOptions, workers: int, device: str,
-                   progress: bool, resolver: Resolver, executor: Executor | None) -> None:
-    """Run the cells of ``grid`` without a record in ``results`` (which the caller holds)."""
+                   progress: bool, resolver: Resolver, executor: Executor | None) -> set[str]:
+    """Run the cells of ``grid`` without a record in ``results`` (which the caller holds);
+    return the keys of all its cells, bound to their sources (:func:`bind`)."""
     options = dataclasses.replace(options, severities=(grid.severity,))
     if executor is None:
         executor = make_executor(grid.executor, workers, results.parent / "slurm",
                                  cache_root(options))
     drop_torn_tail(results)
     done = finished_keys(read_results(results))
-    cells = grid.cells()
+    # opening every source builds its caches (corrupted sets) once, before any worker or job
+    cells = [bind(c, source_for(c, resolver, options, progress)) for c in grid.cells()]
     todo = [c for c in cells if c.key not in done]
     stamp = {"versions": versions(), "git_revision": git_revision(), "grid": grid.title}
     bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc=grid.title,
                disable=not progress, unit="cell")
-    for cell in todo:  # build caches (training, corrupted sets) once, before any worker or job
-        source_for(cell, resolver, options, progress)
     in_here = executor.threads is None  # this process: progress bars, threads left alone
     job = CellJob(resolver, options, device, executor.threads, progress and in_here)
     failures = []
@@ -248,3 +271,4 @@ def run_unfinished(grid: Grid, results: Path, options: SourceOptions, workers: i
     bar.close()
     if failures:
         raise CellsFailed(failures)
+    return {c.key for c in cells}

@@ -26,6 +26,8 @@ import hashlib
 import warnings
 from pathlib import Path
 
+import numpy as np
+import torch
 from torch import nn
 
 from dyntta.bench.config import DatasetEntry
@@ -40,6 +42,7 @@ from dyntta.data import (
 )
 from dyntta.data.datasets import LABELS_FILE, check_labels
 from dyntta.models import load_checkpoint
+from dyntta.models.factory import build_from_factory
 
 DATASETS = ("digits", "cifar10-c", "cifar100-c", "imagenet-c", "npz")
 DEFAULT_FOLDERS = {"cifar10-c": "CIFAR-10-C", "cifar100-c": "CIFAR-100-C", "imagenet-c": "ImageNet-C"}
@@ -53,24 +56,54 @@ defaults: ResNet-20, 15 epochs, seed 0; see the README for its sha256)."""
 
 @dataclasses.dataclass(frozen=True)
 class SourceOptions:
-    """Where files are: ``data_dir`` for relative paths, ``cache_dir`` for what is built here,
-    ``checkpoint`` to override every dataset's model; ``severities`` that sets built here need."""
+    """Where files are: ``data_dir`` for relative paths, ``cache_dir`` for what is built here;
+    ``checkpoint`` and ``model`` (a factory's import path, ``package.module:function``) to
+    override every dataset's model; ``severities`` that sets built here need."""
 
     data_dir: str | None = None
     cache_dir: str | None = None
     checkpoint: str | None = None
     severities: tuple[int, ...] = SEVERITIES
+    model: str | None = None
 
 
 @dataclasses.dataclass
 class Source:
-    """A test set and the source model to adapt on it."""
+    """A test set and the source model to adapt on it, with what identifies them: the model's
+    name (its checkpoint file, factory or given name), its factory's import path, the sha256 of
+    its checkpoint file and of the data file where there is one (``npz``), and a fingerprint of
+    the model's weights (:func:`weights_fingerprint`, computed here)."""
 
     name: str
     dataset: CorruptedDataset
     model: nn.Module
     model_name: str
-    checkpoint_sha256: str
+    checkpoint_sha256: str | None = None
+    model_factory: str | None = None
+    data_sha256: str | None = None
+    weights_sha256: str = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.weights_sha256 = weights_fingerprint(self.model)
+
+    @property
+    def identity(self) -> tuple[tuple[str, str | None], ...]:
+        """What a cell's results depend on besides its configuration: (name, value) pairs of the
+        model's name, class, factory, checkpoint and weights, and the data file."""
+        kind = type(self.model)
+        return (("checkpoint_sha256", self.checkpoint_sha256), ("data_sha256", self.data_sha256),
+                ("model", self.model_name), ("model_class", f"{kind.__module__}.{kind.__qualname__}"),
+                ("model_factory", self.model_factory), ("weights_sha256", self.weights_sha256))
+
+
+def weights_fingerprint(model: nn.Module) -> str:
+    """sha256 (16 hex digits) of ``model``'s state dict: every name, dtype, shape and value."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def cache_root(options: SourceOptions) -> Path:
@@ -87,32 +120,59 @@ def resolve_path(path: str, options: SourceOptions) -> Path:
 def resolve_source(
     entry: DatasetEntry, options: SourceOptions = SourceOptions(), progress: bool = True
 ) -> Source:
-    """Open the dataset of ``entry`` and load its source model (the shipped one for ``digits``)."""
+    """Open the dataset of ``entry`` and load its source model: built by its factory
+    (``options.model`` or ``entry.model``) with the checkpoint loaded into it if one is given,
+    else a checkpoint of a known architecture (:func:`~dyntta.models.load_checkpoint`), else for
+    ``digits`` the model shipped in the package."""
+    factory = options.model or entry.model
+    checkpoint = options.checkpoint or entry.checkpoint
+    if checkpoint is None and factory is None and entry.name != "digits":
+        raise ValueError(f"dataset {entry.name!r} needs a model: give --checkpoint PATH or "
+                         "--model package.module:function")
+    if checkpoint is None:
+        path = None if factory else Path(__file__).parent / DIGITS_MODEL
+    else:
+        path = resolve_path(checkpoint, options)
+    model = build_from_factory(factory, path) if factory else load_checkpoint(path)
+    return open_dataset(entry, options, progress, model, model_name=path.name if path else factory,
+                        checkpoint_sha256=file_sha256(path) if path else None,
+                        model_factory=factory)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ModelResolver:
+    """A resolver (see :func:`dyntta.bench.runner.run_grid`) that adapts ``model`` on every
+    dataset of a grid, recorded under ``name``."""
+
+    model: nn.Module
+    name: str
+
+    def __call__(self, entry: DatasetEntry, options: SourceOptions, progress: bool) -> Source:
+        return open_dataset(entry, options, progress, self.model, model_name=self.name)
+
+
+def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, model: nn.Module,
+                 **identity: str | None) -> Source:
+    """The :class:`Source` of ``model`` on the dataset of ``entry``, once the model's output on
+    a few of its images has been checked (:func:`output_classes`) against its labels."""
     if entry.name not in DATASETS:
         raise ValueError(f"unknown dataset {entry.name!r}; valid: {', '.join(DATASETS)}")
     if entry.name == "digits" and entry.path is not None:
         raise ValueError("dataset 'digits' is embedded and takes no path (for images of your own "
                          "give dataset 'npz' with the .npz file as its path)")
-    checkpoint = options.checkpoint or entry.checkpoint
-    if checkpoint is None and entry.name != "digits":
-        raise ValueError(f"dataset {entry.name!r} needs a model: give --checkpoint PATH")
-    if checkpoint is None:
-        checkpoint_path = Path(__file__).parent / DIGITS_MODEL
-    else:
-        checkpoint_path = resolve_path(checkpoint, options)
-    model = load_checkpoint(checkpoint_path)
-    classes = model.net.get_submodule(model.net.head).out_features
-    expected = CLASSES.get(entry.name)
-    if expected is not None and classes != expected:
-        raise ValueError(f"{checkpoint_path.name} has {classes} classes but {entry.name} has "
-                         f"{expected}: give a model trained on its classes")
+    what = f"dataset {entry.name!r} with model {identity['model_name']}"
+    data_sha256 = None
     if entry.name == "digits":
         dataset = load_digits_c(cache_root(options), severities=options.severities,
                                 progress=progress)
     elif entry.name == "npz":
         if entry.path is None:
             raise ValueError("dataset 'npz' needs path = the .npz file of clean test images")
-        dataset = corrupted_npz(resolve_path(entry.path, options), options, progress, classes)
+        path = resolve_path(entry.path, options)
+        x, y = load_npz(path, "npz dataset")
+        check_labels(y, what, output_classes(model, x, what))  # before building the set
+        data_sha256 = file_sha256(path)
+        dataset = corrupted_npz(x, y, path.stem, data_sha256, options, progress)
     else:
         folder = resolve_path(entry.path or DEFAULT_FOLDERS[entry.name], options)
         images = entry.name == "imagenet-c"
@@ -124,13 +184,43 @@ def resolve_source(
             raise FileNotFoundError(f"{entry.name}: {folder} holds no {LABELS_FILE} (expected "
                                     f"{layout}, e.g. from dyntta download or dyntta make-c)")
         dataset = load_corrupted(folder.parent, folder.name)
-    check_labels(dataset.labels, f"dataset {entry.name!r} with {checkpoint_path.name}", classes)
+    first = dataset.images(dataset.corruptions[0], dataset.severities[0])
+    classes = output_classes(model, first, what)
+    expected = CLASSES.get(entry.name)
+    if expected is not None and classes != expected:
+        raise ValueError(f"{what}: the model predicts {classes} classes but {entry.name} has "
+                         f"{expected}: give a model trained on its classes")
+    check_labels(dataset.labels, what, classes)
     used = int(dataset.labels.max()) + 1
     if expected is None and used < classes:
-        warnings.warn(f"dataset {entry.name!r}: its labels use classes 0..{used - 1} of the "
-                      f"{classes} of {checkpoint_path.name}; check that they are the model's "
-                      "classes", stacklevel=2)
-    return Source(entry.name, dataset, model, checkpoint_path.name, file_sha256(checkpoint_path))
+        warnings.warn(f"{what}: its labels use classes 0..{used - 1} of the model's {classes}; "
+                      "check that they are the model's classes", stacklevel=2)
+    return Source(entry.name, dataset, model, data_sha256=data_sha256, **identity)
+
+
+PROBE_IMAGES = 4
+
+
+def output_classes(model: nn.Module, images, what: str) -> int:
+    """The number of classes ``model`` predicts, from its output on the first
+    :data:`PROBE_IMAGES` of ``images`` ((N, H, W, 3) uint8, as a stream feeds them: (B, 3, H, W)
+    in [0, 1]), run without gradients in eval mode (its mode is restored). A ``ValueError`` unless
+    the output is a floating (B, classes) tensor."""
+    rows = np.asarray(images[np.arange(min(PROBE_IMAGES, len(images)))])
+    x = torch.from_numpy(rows).permute(0, 3, 1, 2).to(torch.float32).div_(255.0)
+    training = model.training
+    try:
+        with torch.no_grad():
+            out = model.eval()(x)
+    finally:
+        model.train(training)
+    if not isinstance(out, torch.Tensor) or out.ndim != 2 or len(out) != len(x) \
+            or not out.is_floating_point():
+        got = (f"a {out.dtype} tensor of shape {tuple(out.shape)}" if isinstance(out, torch.Tensor)
+               else f"a {type(out).__name__}")
+        raise ValueError(f"{what}: the model must return logits (B, classes) for images "
+                         f"(B, 3, H, W) in [0, 1]; for {tuple(x.shape)} it returned {got}")
+    return out.shape[1]
 
 
 def file_sha256(path: Path) -> str:
@@ -141,12 +231,9 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def corrupted_npz(path: Path, options: SourceOptions, progress: bool,
-                  num_classes: int) -> CorruptedDataset:
-    """Corrupt the clean ``x``/``y`` of an .npz once (labels checked against the model's
-    ``num_classes`` first); cached by the file's content hash."""
-    x, y = load_npz(path, "npz dataset")
-    check_labels(y, str(path), num_classes)
-    digest = file_sha256(path)[:12]
-    out = cache_root(options) / "built" / f"{path.stem}-C-{digest}"
+def corrupted_npz(x: np.ndarray, y: np.ndarray, stem: str, digest: str, options: SourceOptions,
+                  progress: bool) -> CorruptedDataset:
+    """Corrupt the clean ``x``/``y`` of an .npz once; cached by the file's content hash
+    ``digest``."""
+    out = cache_root(options) / "built" / f"{stem}-C-{digest[:12]}"
     return build_corrupted(x, y, out, severities=options.severities, seed=0, progress=progress)

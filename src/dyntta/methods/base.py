@@ -21,6 +21,7 @@ import copy
 import dataclasses
 import types
 import typing
+import warnings
 from typing import Any, ClassVar, Literal, Union
 
 import torch
@@ -105,6 +106,7 @@ class Method(CarriesState):
         self.compiled = compile_options is not None
         if self.compiled:
             self.model.compile(**compile_options)
+        self.outputs_checked = False
 
     def prepare(self, model: nn.Module) -> nn.Module:
         """Turn the copied source model into the model this method runs (default: eval mode)."""
@@ -149,11 +151,28 @@ class Method(CarriesState):
             check_values(x)
         if self.compiled:
             torch._dynamo.maybe_mark_dynamic(x, 0)  # one graph for every batch size
-        return self.step(x)
+        logits = self.step(x)
+        if not self.outputs_checked:
+            self.outputs_checked = True
+            warn_if_probabilities(logits)
+        return logits
 
     def reset(self) -> None:
         """Restore the exact source state: weights, buffers and any method memory."""
         self.load_state_dict(self._source_state)
+
+
+def warn_if_probabilities(outputs: torch.Tensor) -> None:
+    """Warn (one line) when ``outputs`` (B, K) look like probabilities: non-negative, each row
+    summing to 1. Methods read logits (entropies, softmax confidences, pseudo-labels), so a model
+    ending in a softmax adapts on the wrong quantity."""
+    if outputs.ndim != 2 or outputs.shape[1] < 2 or not outputs.is_floating_point():
+        return
+    sums = outputs.detach().float().sum(1)
+    if bool((outputs >= 0).all()) and bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-3)):
+        warnings.warn("the model's outputs are non-negative and sum to 1 per row, like "
+                      "probabilities: test-time adaptation methods expect logits (drop the "
+                      "model's final softmax)", stacklevel=2)
 
 
 def compile_arguments(option: CompileOption) -> dict | None:

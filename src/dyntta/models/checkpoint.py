@@ -8,8 +8,8 @@ Two formats are read:
   ``{"model": ...}`` as in TTAB (keys may carry the ``module.`` prefix of ``nn.DataParallel``, or
   ``model.`` on every key; ``num_batches_tracked`` may be absent). The architecture is inferred
   from parameter names and shapes: dyntta's ResNets, RobustBench's Wide ResNets
-  (:mod:`dyntta.models.wide_resnet`) and AugMix's CIFAR ResNeXt (:mod:`dyntta.models.resnext`) by
-  their own names; torchvision's ResNet names (``fc``, ``downsample.0`` / ``downsample.1``) and
+  (:mod:`dyntta.models.wide_resnet`), AugMix's CIFAR ResNeXt (:mod:`dyntta.models.resnext`) and
+  the MLPerf-Tiny ResNet-8 (:mod:`dyntta.models.mlperf_resnet`) by their own names; torchvision's ResNet names (``fc``, ``downsample.0`` / ``downsample.1``) and
   TTAB's (``classifier``) are translated, so those weights load as they are.
 """
 
@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from dyntta.atomic import atomic_path
+from dyntta.models.mlperf_resnet import infer_mlperf_resnet_spec, is_mlperf_resnet_layout
 from dyntta.models.normalized import Normalized
 from dyntta.models.resnet import ResNetSpec
 from dyntta.models.resnext import infer_resnext_spec, is_resnext_layout
@@ -102,17 +103,21 @@ def from_torchvision_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Te
 
 
 def infer_spec(state: dict[str, torch.Tensor]) -> Spec:
-    """The spec (:class:`ResNetSpec`, :class:`WideResNetSpec` or :class:`ResNeXtSpec`) whose
+    """The spec (:class:`ResNetSpec`, :class:`WideResNetSpec`, :class:`ResNeXtSpec` or
+    :class:`~dyntta.models.mlperf_resnet.MLPerfResNetSpec`) whose
     parameters have the names and shapes of ``state`` (in dyntta's names for ResNets)."""
     if is_wide_resnet_layout(state):
         return infer_wide_resnet_spec(state)
     if is_resnext_layout(state):
         return infer_resnext_spec(state)
+    if is_mlperf_resnet_layout(state):
+        return infer_mlperf_resnet_spec(state)
     if "conv1.weight" not in state or "linear.weight" not in state:
         raise ValueError(
             "cannot infer the architecture: expected keys 'conv1.weight' and 'linear.weight' "
             "(a ResNet of dyntta.models), 'block1.layer.0.conv1.weight' and 'fc.weight' (a "
-            "RobustBench Wide ResNet) or 'conv_1_3x3.weight' (an AugMix ResNeXt); first keys "
+            "RobustBench Wide ResNet), 'conv_1_3x3.weight' (an AugMix ResNeXt) or 'conv.weight', "
+            "'stage1.conv1.weight' and 'fc.weight' (the MLPerf-Tiny ResNet-8); first keys "
             f"found: {sorted(state)[:6]}"
         )
     blocks: dict[int, set[int]] = {}
@@ -228,6 +233,30 @@ def default_normalisation(
     )
 
 
+def read_state_dict(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The dict ``torch.load`` reads from ``path`` and the state dict in it (unwrapped from
+    ``{"state_dict": ...}`` or ``{"model": ...}``, ``module.`` / ``model.`` prefixes stripped,
+    values checked by :func:`check_values`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:
+        blob: Any = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # unpickling errors come in many types
+        raise ValueError(f"{path} is not a readable torch checkpoint: "
+                         f"{read_failure(path, exc)}") from exc
+    if not isinstance(blob, dict):
+        raise ValueError(f"{path}: expected a dict (state dict or checkpoint), got {type(blob)}")
+    state = blob.get("state_dict", blob.get("model", blob))
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"{path}: no state dict of tensors found")
+    odd = next((k for k in state if not isinstance(k, str)), None)
+    if odd is not None:
+        raise ValueError(f"{path}: state dict keys must be parameter names, got {odd!r}")
+    check_values(state, str(path))
+    return blob, strip_prefixes(state)
+
+
 def load_checkpoint(
     path: str | os.PathLike,
     arch: str | None = None,
@@ -247,30 +276,15 @@ def load_checkpoint(
         A :class:`Normalized` model in eval mode.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
-    try:
-        blob: Any = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # unpickling errors come in many types
-        raise ValueError(f"{path} is not a readable torch checkpoint: "
-                         f"{read_failure(path, exc)}") from exc
-    if not isinstance(blob, dict):
-        raise ValueError(f"{path}: expected a dict (state dict or checkpoint), got {type(blob)}")
+    blob, state = read_state_dict(path)
     own_format = blob.get("format") == FORMAT
-    state = blob.get("state_dict", blob.get("model", blob))
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ValueError(f"{path}: no state dict of tensors found")
-    odd = next((k for k in state if not isinstance(k, str)), None)
-    if odd is not None:
-        raise ValueError(f"{path}: state dict keys must be parameter names, got {odd!r}")
     if (mean is None) != (std is None):
         raise ValueError(f"give both mean and std (the input normalisation), not only "
                          f"{'mean' if std is None else 'std'}")
     if own_format and (mean is None) and not {"mean", "std"} <= set(blob):
         raise ValueError(f"{path}: a dyntta checkpoint without its input normalisation ('mean' "
                          "and 'std'); pass mean=... and std=...")
-    check_values(state, str(path))
-    state, layout = to_dyntta_names(strip_prefixes(state))
+    state, layout = to_dyntta_names(state)
     if arch is None:
         try:
             spec = infer_spec(state)
