@@ -48,7 +48,7 @@ def test_the_shell_example_prints_the_table_shown(tmp_path, env):
     done = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
-    shown = section().split("```sh", 1)[1].split("```", 2)[2].split("From Python")[0]
+    shown = section().split("```sh", 1)[1].split("```", 2)[1].split("From Python")[0]
     printed, expected = table_rows(done.stdout.split("results and report in")[0]), table_rows(shown)
     assert list(printed) == list(expected) == ["source", "alpha_bn", "dyn", "tbn"]
     for label, values in printed.items():  # training depends on the machine's threads

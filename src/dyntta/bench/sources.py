@@ -39,7 +39,7 @@ from dyntta.data import (
     load_digits_c,
     load_npz,
 )
-from dyntta.data.datasets import check_labels
+from dyntta.data.datasets import check_images, check_labels
 from dyntta.models import load_checkpoint
 from dyntta.models.factory import build_from_factory
 
@@ -121,6 +121,7 @@ def resolve_source(
     (``options.model`` or ``entry.model``) with the checkpoint loaded into it if one is given,
     else a checkpoint of a known architecture (:func:`~dyntta.models.load_checkpoint`), else for
     ``digits`` the model shipped in the package."""
+    check_dataset_name(entry)
     factory = options.model or entry.model
     checkpoint = options.checkpoint or entry.checkpoint
     if checkpoint is None and factory is None and entry.name != "digits":
@@ -152,8 +153,7 @@ def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, mo
                  **identity: str | None) -> Source:
     """The :class:`Source` of ``model`` on the dataset of ``entry``, once the model's output on
     a few of its images has been checked (:func:`output_classes`) against its labels."""
-    if entry.name not in DATASETS:
-        raise ValueError(f"unknown dataset {entry.name!r}; valid: {', '.join(DATASETS)}")
+    check_dataset_name(entry)
     what = f"dataset {entry.name!r} with model {identity['model_name']}"
     data_sha256 = None
     if entry.name == "digits":
@@ -164,7 +164,8 @@ def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, mo
             raise ValueError("dataset 'npz' needs path = the .npz file of clean test images")
         path = resolve_path(entry.path, options)
         x, y = load_npz(path, "npz dataset")
-        check_labels(y, what, output_classes(model, x, what))  # before building the set
+        check_images(x, str(path))
+        check_labels(y, str(path), output_classes(model, x, what))  # before building the set
         data_sha256 = file_sha256(path)
         dataset = corrupted_npz(x, y, path.stem, data_sha256, options, progress)
     else:
@@ -177,6 +178,11 @@ def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, mo
     first = dataset.images(dataset.corruptions[0], dataset.severities[0])
     check_labels(dataset.labels, what, output_classes(model, first, what))
     return Source(entry.name, dataset, model, data_sha256=data_sha256, **identity)
+
+
+def check_dataset_name(entry: DatasetEntry) -> None:
+    if entry.name not in DATASETS:
+        raise ValueError(f"unknown dataset {entry.name!r}; valid: {', '.join(DATASETS)}")
 
 
 PROBE_IMAGES = 4
