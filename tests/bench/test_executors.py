@@ -15,7 +15,7 @@ import pytest
 from dyntta.bench.config import ExecutorSpec, load_grid
 from dyntta.bench.executors import CellsFailed, ProcessExecutor, SharedCheck, SlurmExecutor
 from dyntta.bench.results import read_results
-from dyntta.bench.runner import run_grid
+from dyntta.bench.runner import bind, run_grid
 from dyntta.cli import main
 from tests.bench.helpers import GRID_TOML, slow_on_seed_1, tiny_source
 
@@ -85,7 +85,7 @@ def test_process_pool_reports_a_failing_cell_and_records_the_others(tmp_path):
     assert all(f.message.startswith("FileNotFoundError: tiny: no corruption 'defocus_blur'")
                for f in failed.value.failures)
     assert {r["key"] for r in read_results(tmp_path / "r.jsonl")} == {
-        c.key for c in grid.cells() if c.n_domains == 3}
+        bind(c, tiny_source()).key for c in grid.cells() if c.n_domains == 3}
 
 
 def test_an_interrupted_process_pool_stops_its_running_cells_at_once(tmp_path):

@@ -19,6 +19,7 @@ import dyntta.bench
 from dyntta.bench.results import read_results
 from dyntta.cli import main
 from dyntta.models import save_checkpoint
+from tests.bench.helpers import NPZ_GRID_TOML
 from tests.conftest import tiny_resnet
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -54,16 +55,7 @@ USER_MODULE = textwrap.dedent("""
     not_callable = 3
 """)
 
-GRID = """title = "own model"
-methods = ["source", "tbn", "dyn"]
-[stream]
-scenarios = ["crossmix"]
-batch_sizes = [8]
-n_domains = [2]
-[[datasets]]
-name = "npz"
-path = "clean.npz"
-"""
+GRID = NPZ_GRID_TOML.replace('checkpoint = "tiny.pt"\n', "")  # the model comes from elsewhere
 
 
 @pytest.fixture
@@ -122,7 +114,7 @@ def test_factory_and_model_object_give_the_records_of_the_zoo_checkpoint(folder)
     assert (folder / "object" / "table.md").read_text().endswith(run.table)
 
     grid_field = {"title": "own model", "methods": ["source", "tbn", "dyn"],
-                  "stream": {"scenarios": ["crossmix"], "batch_sizes": [8], "n_domains": [2]},
+                  "stream": {"scenarios": ["crossmix"], "batch_sizes": [8], "n_domains": [3]},
                   "datasets": [{"name": "npz", "path": "clean.npz", "model": "usermodels:tiny",
                                 "checkpoint": "state.pt"}]}
     run = dyntta.bench.run(grid_field, out="field", cache_dir="cache")

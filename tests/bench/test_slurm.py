@@ -22,6 +22,8 @@ import pytest
 from dyntta.bench.config import ExecutorSpec, load_grid
 from dyntta.bench.executors import Failure, SlurmExecutor
 from dyntta.bench.results import read_results
+from dyntta.bench.runner import bind
+from dyntta.bench.sources import SourceOptions, resolve_source
 from dyntta.cli import main
 from dyntta.models import save_checkpoint
 from tests.bench.helpers import (GRID_TOML, NPZ_GRID_TOML, sigint_as_in_a_terminal,
@@ -160,7 +162,9 @@ def test_failed_and_cancelled_jobs_are_reported_and_the_other_cells_finish(clust
     err = run.communicate(timeout=600)[1]
     assert run.returncode == 1, err
     grid = load_grid(d / "grid.toml", ["stream.n_domains=[3, 16]", 'methods=["tbn", "dyn"]'])
-    cells = grid.cells()
+    source = resolve_source(grid.datasets[0], SourceOptions(str(d), str(d / "cache"),
+                                                            severities=(grid.severity,)))
+    cells = [bind(c, source) for c in grid.cells()[:2]] + grid.cells()[2:]  # 16 domains: unplanned
     assert "3 cell(s) failed" in err
     lost = next(line for line in err.splitlines() if cells[1].key in line)
     assert lost.endswith(f"job {array}_1: ended without a result (no longer known to Slurm)")

@@ -116,6 +116,15 @@ def bind(cell: Cell, source: Source, stream: Stream | None = None) -> Cell:
     return dataclasses.replace(cell, source=source.identity, rows=rows)
 
 
+def plan(cell: Cell, source: Source) -> Cell:
+    """``cell`` bound to ``source`` (:func:`bind`), or as it is if its stream cannot be planned
+    on that data: it then fails where it runs, with the reason, and the other cells go on."""
+    try:
+        return bind(cell, source)
+    except (ValueError, FileNotFoundError):
+        return cell
+
+
 def run_cell(cell: Cell, source: Source, device: str = "cpu", progress: bool = False) -> dict:
     """Adapt ``source.model`` with ``cell.method`` along the cell's stream; return its record.
     A cell already bound (:func:`bind`) to another model, data or rows than ``source``'s here is
@@ -253,7 +262,7 @@ def run_unfinished(grid: Grid, results: Path, options: SourceOptions, workers: i
     drop_torn_tail(results)
     done = finished_keys(read_results(results))
     # opening every source builds its caches (corrupted sets) once, before any worker or job
-    cells = [bind(c, source_for(c, resolver, options, progress)) for c in grid.cells()]
+    cells = [plan(c, source_for(c, resolver, options, progress)) for c in grid.cells()]
     todo = [c for c in cells if c.key not in done]
     stamp = {"versions": versions(), "git_revision": git_revision(), "grid": grid.title}
     bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc=grid.title,

@@ -40,7 +40,7 @@ from dyntta.data import (
     load_digits_c,
     load_npz,
 )
-from dyntta.data.datasets import LABELS_FILE, check_labels
+from dyntta.data.datasets import LABELS_FILE, check_images, check_labels
 from dyntta.models import load_checkpoint
 from dyntta.models.factory import build_from_factory
 
@@ -124,6 +124,7 @@ def resolve_source(
     (``options.model`` or ``entry.model``) with the checkpoint loaded into it if one is given,
     else a checkpoint of a known architecture (:func:`~dyntta.models.load_checkpoint`), else for
     ``digits`` the model shipped in the package."""
+    check_dataset_name(entry)
     factory = options.model or entry.model
     checkpoint = options.checkpoint or entry.checkpoint
     if checkpoint is None and factory is None and entry.name != "digits":
@@ -155,11 +156,7 @@ def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, mo
                  **identity: str | None) -> Source:
     """The :class:`Source` of ``model`` on the dataset of ``entry``, once the model's output on
     a few of its images has been checked (:func:`output_classes`) against its labels."""
-    if entry.name not in DATASETS:
-        raise ValueError(f"unknown dataset {entry.name!r}; valid: {', '.join(DATASETS)}")
-    if entry.name == "digits" and entry.path is not None:
-        raise ValueError("dataset 'digits' is embedded and takes no path (for images of your own "
-                         "give dataset 'npz' with the .npz file as its path)")
+    check_dataset_name(entry)
     what = f"dataset {entry.name!r} with model {identity['model_name']}"
     data_sha256 = None
     if entry.name == "digits":
@@ -170,7 +167,8 @@ def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, mo
             raise ValueError("dataset 'npz' needs path = the .npz file of clean test images")
         path = resolve_path(entry.path, options)
         x, y = load_npz(path, "npz dataset")
-        check_labels(y, what, output_classes(model, x, what))  # before building the set
+        check_images(x, str(path))
+        check_labels(y, str(path), output_classes(model, x, what))  # before building the set
         data_sha256 = file_sha256(path)
         dataset = corrupted_npz(x, y, path.stem, data_sha256, options, progress)
     else:
@@ -196,6 +194,14 @@ def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, mo
         warnings.warn(f"{what}: its labels use classes 0..{used - 1} of the model's {classes}; "
                       "check that they are the model's classes", stacklevel=2)
     return Source(entry.name, dataset, model, data_sha256=data_sha256, **identity)
+
+
+def check_dataset_name(entry: DatasetEntry) -> None:
+    if entry.name not in DATASETS:
+        raise ValueError(f"unknown dataset {entry.name!r}; valid: {', '.join(DATASETS)}")
+    if entry.name == "digits" and entry.path is not None:
+        raise ValueError("dataset 'digits' is embedded and takes no path (for images of your own "
+                         "give dataset 'npz' with the .npz file as its path)")
 
 
 PROBE_IMAGES = 4

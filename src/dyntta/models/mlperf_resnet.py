@@ -33,18 +33,19 @@ def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
     return total // 2, total - total // 2
 
 
-class SameConv2d(nn.Conv2d):
-    """``nn.Conv2d`` (with bias) padded as TensorFlow's ``padding="same"``."""
+def pad_same(x: torch.Tensor, kernel: int, stride: int) -> torch.Tensor:
+    """``x: (B, C, H, W)`` padded with zeros as TensorFlow's ``padding="same"`` pads it for a
+    ``kernel`` x ``kernel`` convolution of ``stride``. The convolutions themselves are plain
+    ``nn.Conv2d`` without padding, so methods that wrap or re-implement convolutions (ViDA's
+    adapters) keep the padding."""
+    top, bottom = same_padding(x.shape[-2], kernel, stride)
+    left, right = same_padding(x.shape[-1], kernel, stride)
+    return F.pad(x, (left, right, top, bottom))
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int,
-                 stride: int = 1) -> None:
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding=0, bias=True)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        (kh, kw), (sh, sw) = self.kernel_size, self.stride
-        top, bottom = same_padding(x.shape[-2], kh, sh)
-        left, right = same_padding(x.shape[-1], kw, sw)
-        return super().forward(F.pad(x, (left, right, top, bottom)))
+def conv(in_channels: int, out_channels: int, kernel: int, stride: int = 1) -> nn.Conv2d:
+    """A convolution with bias and no padding of its own (see :func:`pad_same`)."""
+    return nn.Conv2d(in_channels, out_channels, kernel, stride, padding=0, bias=True)
 
 
 def keras_bn(channels: int) -> nn.BatchNorm2d:
@@ -56,17 +57,18 @@ class Stage(nn.Module):
 
     def __init__(self, in_channels: int, channels: int, stride: int) -> None:
         super().__init__()
-        self.conv1 = SameConv2d(in_channels, channels, 3, stride)
+        self.stride = stride
+        self.conv1 = conv(in_channels, channels, 3, stride)
         self.bn1 = keras_bn(channels)
-        self.conv2 = SameConv2d(channels, channels, 3)
+        self.conv2 = conv(channels, channels, 3)
         self.bn2 = keras_bn(channels)
         self.shortcut = (nn.Identity() if stride == 1 and in_channels == channels
-                         else SameConv2d(in_channels, channels, 1, stride))
+                         else conv(in_channels, channels, 1, stride))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return F.relu(out + self.shortcut(x))
+        out = F.relu(self.bn1(self.conv1(pad_same(x, 3, self.stride))))
+        out = self.bn2(self.conv2(pad_same(out, 3, 1)))
+        return F.relu(out + self.shortcut(x))  # "same" pads nothing for a 1x1 convolution
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +88,7 @@ class MLPerfResNet(nn.Module):
         super().__init__()
         self.spec = spec
         stem = spec.widths[0]
-        self.conv = SameConv2d(3, stem, 3)
+        self.conv = conv(3, stem, 3)
         self.bn = keras_bn(stem)
         channels = stem
         for i, width in enumerate(spec.widths, 1):
@@ -95,7 +97,7 @@ class MLPerfResNet(nn.Module):
         self.fc = nn.Linear(channels, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.bn(self.conv(x)))
+        out = F.relu(self.bn(self.conv(pad_same(x, 3, 1))))
         for i in range(1, len(self.spec.widths) + 1):
             out = getattr(self, f"stage{i}")(out)
         return self.fc(out.mean(dim=(2, 3)))
