@@ -103,6 +103,9 @@ def resolve_source(
     model = load_checkpoint(checkpoint_path)
     classes = model.net.get_submodule(model.net.head).out_features
     expected = CLASSES.get(entry.name)
+    folder = None
+    if entry.name not in ("digits", "npz"):  # the data's place is checked before the model fits
+        folder = corrupted_folder(entry, options)
     if expected is not None and classes != expected:
         raise ValueError(f"{checkpoint_path.name} has {classes} classes but {entry.name} has "
                          f"{expected}: give a model trained on its classes")
@@ -114,15 +117,6 @@ def resolve_source(
             raise ValueError("dataset 'npz' needs path = the .npz file of clean test images")
         dataset = corrupted_npz(resolve_path(entry.path, options), options, progress, classes)
     else:
-        folder = resolve_path(entry.path or DEFAULT_FOLDERS[entry.name], options)
-        images = entry.name == "imagenet-c"
-        layout = "<corruption>/<severity>/<wnid>/*.JPEG" if images else \
-            "<corruption>.npy and labels.npy"
-        if not folder.is_dir():
-            raise FileNotFoundError(f"{entry.name}: folder {folder} not found (expected {layout})")
-        if not images and not (folder / LABELS_FILE).is_file():
-            raise FileNotFoundError(f"{entry.name}: {folder} holds no {LABELS_FILE} (expected "
-                                    f"{layout}, e.g. from dyntta download or dyntta make-c)")
         dataset = load_corrupted(folder.parent, folder.name)
     check_labels(dataset.labels, f"dataset {entry.name!r} with {checkpoint_path.name}", classes)
     used = int(dataset.labels.max()) + 1
@@ -131,6 +125,20 @@ def resolve_source(
                       f"{classes} of {checkpoint_path.name}; check that they are the model's "
                       "classes", stacklevel=2)
     return Source(entry.name, dataset, model, checkpoint_path.name, file_sha256(checkpoint_path))
+
+
+def corrupted_folder(entry: DatasetEntry, options: SourceOptions) -> Path:
+    """The folder of a published corrupted set, checked to have its kind's layout."""
+    folder = resolve_path(entry.path or DEFAULT_FOLDERS[entry.name], options)
+    images = entry.name == "imagenet-c"
+    layout = "<corruption>/<severity>/<wnid>/*.JPEG" if images else \
+        "<corruption>.npy and labels.npy"
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{entry.name}: folder {folder} not found (expected {layout})")
+    if not images and not (folder / LABELS_FILE).is_file():
+        raise FileNotFoundError(f"{entry.name}: {folder} holds no {LABELS_FILE} (expected "
+                                f"{layout}, e.g. from dyntta download or dyntta make-c)")
+    return folder
 
 
 def file_sha256(path: Path) -> str:
