@@ -43,8 +43,9 @@ from dyntta.models import load_checkpoint
 
 DATASETS = ("digits", "cifar10-c", "cifar100-c", "imagenet-c", "npz")
 DEFAULT_FOLDERS = {"cifar10-c": "CIFAR-10-C", "cifar100-c": "CIFAR-100-C", "imagenet-c": "ImageNet-C"}
-CLASSES = {"digits": 10, "cifar10-c": 10, "cifar100-c": 100, "imagenet-c": 1000}
-"""The number of classes of each dataset kind; its model must have exactly these."""
+CLASSES = {"digits": 10, "cifar10-c": 10, "cifar100-c": 100}
+"""The number of classes of the dataset kinds that fix it; their model must have exactly these
+(ImageNet-C's folders and ``npz`` files bring their own labels, checked against the model's)."""
 
 DIGITS_MODEL = "models/digits-resnet20.pt"
 """The embedded default's source model, in the package (``dyntta train --out ...`` with its
