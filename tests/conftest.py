@@ -51,3 +51,8 @@ def shared_data() -> Path:
     if not (SHARED_DATA / "resnet20-cifar10.th").is_file():
         pytest.skip(f"real data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+def tensor_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The tensors of ``module.state_dict()`` (without the ``_extra_state`` entries)."""
+    return {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)}

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import dyntta
 from dyntta.methods.deyo import DeYOConfig, shuffle_patches
-from tests.conftest import random_images, tiny_resnet
+from tests.conftest import random_images, tensor_state, tiny_resnet
 
 
 @settings(max_examples=25, deadline=None)
@@ -100,9 +100,9 @@ def test_predictions_come_from_before_the_update():
 
 def test_no_step_at_all_when_no_sample_passes():
     method = dyntta.adapt(tiny_resnet(), "deyo", margin=1e-6)
-    before = {k: v.clone() for k, v in method.state_dict().items()}
+    before = {k: v.clone() for k, v in tensor_state(method).items()}
     method(random_images(16))
-    assert all(torch.equal(v, before[k]) for k, v in method.state_dict().items())
+    assert all(torch.equal(v, before[k]) for k, v in tensor_state(method).items())
     assert method.optimizer.state_dict()["state"] == {}
     method2 = dyntta.adapt(tiny_resnet(), "deyo", margin=0.99, plpd_threshold=1.0)
     method2(random_images(16))

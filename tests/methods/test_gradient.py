@@ -12,7 +12,7 @@ from torch import nn
 
 import dyntta
 from dyntta.methods.gradient import masked_mean
-from tests.conftest import random_images
+from tests.conftest import random_images, tensor_state
 from tests.methods.gradient_reference import confident_resnet
 
 # options under which each method really adapts (and keeps memory) on the tiny model
@@ -27,14 +27,14 @@ METHODS = {
 def test_reset_restores_weights_optimiser_and_memory_exactly(name):
     model = confident_resnet()
     method = dyntta.adapt(model, name, **METHODS[name])
-    source = copy.deepcopy(method.state_dict())
+    source = copy.deepcopy(tensor_state(method))
     for i in range(3):
         method(random_images(16, i))
-    assert any(not torch.equal(v, source[k]) for k, v in method.state_dict().items())
+    assert any(not torch.equal(v, source[k]) for k, v in tensor_state(method).items())
     assert method.optimizer.state_dict()["state"]  # momentum buffers exist
 
     method.reset()
-    for key, value in method.state_dict().items():
+    for key, value in tensor_state(method).items():
         assert torch.equal(value, source[key]), key
     assert method.optimizer.state_dict()["state"] == {}
     fresh = dyntta.adapt(model, name, **METHODS[name])
@@ -42,8 +42,8 @@ def test_reset_restores_weights_optimiser_and_memory_exactly(name):
         assert getattr(method, attr, None) is None
     for i in range(3):  # from now on it behaves exactly like a new instance
         assert torch.equal(method(random_images(16, 10 + i)), fresh(random_images(16, 10 + i)))
-    for key, value in method.state_dict().items():
-        assert torch.equal(value, fresh.state_dict()[key]), key
+    for key, value in tensor_state(method).items():
+        assert torch.equal(value, tensor_state(fresh)[key]), key
 
 
 @pytest.mark.parametrize("name", METHODS)

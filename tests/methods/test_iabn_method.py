@@ -10,7 +10,7 @@ from torch import nn
 
 import dyntta
 from dyntta.norm import InstanceAwareBatchNorm2d
-from tests.conftest import random_images, tiny_resnet
+from tests.conftest import random_images, tensor_state, tiny_resnet
 
 
 class FixedStatsBN(nn.Module):
@@ -57,11 +57,11 @@ def test_wide_band_is_batch_norm_and_zero_band_is_instance_norm(k, per_sample):
 def test_default_band_lies_between_and_keeps_no_state():
     model = tiny_resnet()
     method = dyntta.adapt(model, "iabn")
-    source = copy.deepcopy(method.state_dict())
+    source = copy.deepcopy(tensor_state(method))
     x = random_images(8)
     first, second = method(x), method(x)
     assert torch.equal(first, second)  # a function of the batch only
-    for key, value in method.state_dict().items():
+    for key, value in tensor_state(method).items():
         assert torch.equal(value, source[key]), key
     for per_sample in (False, True):
         assert not torch.allclose(first, reference(model, per_sample)(x), atol=1e-3)

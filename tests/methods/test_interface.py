@@ -13,7 +13,7 @@ import dyntta
 from dyntta.methods import Method, method_class
 from dyntta.methods.base import matches_hint
 from dyntta.norm import ClusterAwareBatchNorm2d
-from tests.conftest import random_images, tiny_resnet
+from tests.conftest import random_images, tensor_state, tiny_resnet
 
 
 def test_available_methods_lists_the_backward_free_family():
@@ -83,12 +83,12 @@ def test_dyn_separates_a_mixed_batch_better_than_tbn():
 
 def test_reset_restores_the_exact_source_state(tiny_model):
     adapted = dyntta.adapt(tiny_model, "dyn")
-    state = {k: v.clone() for k, v in adapted.state_dict().items()}
+    state = {k: v.clone() for k, v in tensor_state(adapted).items()}
     with torch.no_grad():
         for p in adapted.parameters():
             p.add_(1.0)
     adapted.reset()
-    for k, v in adapted.state_dict().items():
+    for k, v in tensor_state(adapted).items():
         assert torch.equal(v, state[k]), k
 
 

@@ -8,7 +8,7 @@ import torch
 import dyntta
 from dyntta.methods.note import NOTEConfig
 from dyntta.norm import InstanceAwareBatchNorm2d
-from tests.conftest import random_images, tiny_resnet
+from tests.conftest import random_images, tensor_state, tiny_resnet
 
 
 def test_every_bn_becomes_iabn_with_notes_settings_and_adam(tiny_model):
@@ -63,9 +63,9 @@ def test_an_update_inside_a_batch_applies_to_the_rest_of_the_batch():
 
 def test_no_update_before_update_every_samples():
     method = dyntta.adapt(tiny_resnet(), "note")
-    before = {k: v.clone() for k, v in method.state_dict().items()}
+    before = {k: v.clone() for k, v in tensor_state(method).items()}
     method(random_images(40))
-    assert all(torch.equal(v, before[k]) for k, v in method.state_dict().items())
+    assert all(torch.equal(v, before[k]) for k, v in tensor_state(method).items())
     assert len(method.memory) == 40
 
 

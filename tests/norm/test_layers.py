@@ -16,6 +16,7 @@ from dyntta.norm import (
     lisc,
     replace_batchnorm,
 )
+from tests.conftest import tensor_state
 
 
 def source_bn(c: int = 6, seed: int = 0) -> nn.BatchNorm2d:
@@ -92,13 +93,13 @@ def test_cabn_alpha_zero_one_cluster_is_tbn():
 def test_cabn_is_stateless_and_permutation_equivariant(seed, b):
     bn = source_bn(seed=seed)
     layer = ClusterAwareBatchNorm2d(bn).double()
-    before = {k: v.clone() for k, v in layer.state_dict().items()}
+    before = {k: v.clone() for k, v in tensor_state(layer).items()}
     x = mixed_batch(b=b, seed=seed)
     perm = torch.randperm(b, generator=torch.Generator().manual_seed(seed))
     out = layer(x)
     torch.testing.assert_close(layer(x), out)
     torch.testing.assert_close(layer(x[perm]), out[perm])
-    for k, v in layer.state_dict().items():
+    for k, v in tensor_state(layer).items():
         assert torch.equal(v, before[k].to(v.dtype)), k
 
 

@@ -46,8 +46,9 @@ from dyntta.models.factory import build_from_factory
 
 DATASETS = ("digits", "cifar10-c", "cifar100-c", "imagenet-c", "npz")
 DEFAULT_FOLDERS = {"cifar10-c": "CIFAR-10-C", "cifar100-c": "CIFAR-100-C", "imagenet-c": "ImageNet-C"}
-CLASSES = {"digits": 10, "cifar10-c": 10, "cifar100-c": 100, "imagenet-c": 1000}
-"""The number of classes of each dataset kind; its model must have exactly these."""
+CLASSES = {"digits": 10, "cifar10-c": 10, "cifar100-c": 100}
+"""The number of classes of the dataset kinds that fix it; their model must have exactly these
+(ImageNet-C's folders and ``npz`` files bring their own labels, checked against the model's)."""
 
 DIGITS_MODEL = "models/digits-resnet20.pt"
 """The embedded default's source model, in the package (``dyntta train --out ...`` with its
@@ -172,15 +173,7 @@ def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, mo
         data_sha256 = file_sha256(path)
         dataset = corrupted_npz(x, y, path.stem, data_sha256, options, progress)
     else:
-        folder = resolve_path(entry.path or DEFAULT_FOLDERS[entry.name], options)
-        images = entry.name == "imagenet-c"
-        layout = "<corruption>/<severity>/<wnid>/*.JPEG" if images else \
-            "<corruption>.npy and labels.npy"
-        if not folder.is_dir():
-            raise FileNotFoundError(f"{entry.name}: folder {folder} not found (expected {layout})")
-        if not images and not (folder / LABELS_FILE).is_file():
-            raise FileNotFoundError(f"{entry.name}: {folder} holds no {LABELS_FILE} (expected "
-                                    f"{layout}, e.g. from dyntta download or dyntta make-c)")
+        folder = corrupted_folder(entry, options)
         dataset = load_corrupted(folder.parent, folder.name)
     first = dataset.images(dataset.corruptions[0], dataset.severities[0])
     classes = output_classes(model, first, what)
@@ -227,6 +220,20 @@ def output_classes(model: nn.Module, images, what: str) -> int:
         raise ValueError(f"{what}: the model must return logits (B, classes) for images "
                          f"(B, 3, H, W) in [0, 1]; for {tuple(x.shape)} it returned {got}")
     return out.shape[1]
+
+
+def corrupted_folder(entry: DatasetEntry, options: SourceOptions) -> Path:
+    """The folder of a published corrupted set, checked to have its kind's layout."""
+    folder = resolve_path(entry.path or DEFAULT_FOLDERS[entry.name], options)
+    images = entry.name == "imagenet-c"
+    layout = "<corruption>/<severity>/<wnid>/*.JPEG" if images else \
+        "<corruption>.npy and labels.npy"
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{entry.name}: folder {folder} not found (expected {layout})")
+    if not images and not (folder / LABELS_FILE).is_file():
+        raise FileNotFoundError(f"{entry.name}: {folder} holds no {LABELS_FILE} (expected "
+                                f"{layout}, e.g. from dyntta download or dyntta make-c)")
+    return folder
 
 
 def file_sha256(path: Path) -> str:
