@@ -1,6 +1,6 @@
 """A window kept balanced over the model's predicted classes: a filter shared by BN layers.
 
-Beyond the DYN paper (issue 12). Under label shift (Wild) a batch holds a few classes, and the
+Beyond the DYN paper. Under label shift (Wild) a batch holds a few classes, and the
 statistics of the deep layers, which follow the labels, follow them too. NOTE (Gong et al.,
 NeurIPS 2022, Sec. 3.2, prediction-balanced reservoir sampling) answers with a memory balanced
 over predicted classes; here the deep layers' window keeps, of its remembered samples, only the

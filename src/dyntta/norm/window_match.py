@@ -1,6 +1,6 @@
 """Which remembered samples look like the current ones: a window filter shared by BN layers.
 
-Beyond the DYN paper (issue 12). A layer whose statistics follow the labels (a deep layer) gains
+Beyond the DYN paper. A layer whose statistics follow the labels (a deep layer) gains
 from a long window of past samples against label shift, but a long window also spans past
 domains. One layer that still separates domains (a shallow one) writes each batch's instance
 means here (:meth:`WindowMatch.observe`); the deep layers then keep only the remembered samples
