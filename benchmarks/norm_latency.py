@@ -25,9 +25,8 @@ from dyntta.bench.stats import median_interval
 from dyntta.models import Normalized, build
 
 METHODS = {name: (name, {}) for name in ("source", "tbn", "alpha_bn", "dyn", "dyn_adaptive", "datta")}
-# the cost of dyn_adaptive's 256-sample shallow window: its defaults before it (3ccef83)
-METHODS["dyn_adaptive 3ccef83"] = ("dyn_adaptive", {"shallow_window": 64, "spread_per": "layer",
-                                                    "instance_spread": 2.5})
+# the cost of dyn_adaptive's 256-sample shallow window
+METHODS["dyn_adaptive shallow64"] = ("dyn_adaptive", {"shallow_window": 64})
 # the defaults before the instance rule was kept to the first quarter of the layers (e5deafa)
 METHODS["dyn_adaptive e5deafa"] = ("dyn_adaptive", {"instance_fraction": 1.0})
 
