@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d, widened_instance_rule
-from dyntta.norm.layers import mix, normalize
+from dyntta.norm.layers import normalize
 from dyntta.norm.mixing import label_balance_weight, size_weight
 from dyntta.norm.stats import spread_ratio
 from tests.norm.test_layers import mixed_batch, source_bn
