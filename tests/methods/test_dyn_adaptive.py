@@ -110,6 +110,17 @@ def test_a_layer_that_runs_twice_is_refused_by_name():
         method(random_images(4))
 
 
+def test_a_layer_that_never_runs_changes_nothing():
+    ordered, _ = chains()
+    unused = deepcopy(ordered)
+    unused.spare1, unused.spare2 = random_bn(6, seed=8), random_bn(6, seed=9)  # never called
+    a, b = dyntta.adapt(ordered, "dyn_adaptive"), dyntta.adapt(unused, "dyn_adaptive")
+    with torch.no_grad():
+        for i, size in enumerate([8, 3, 8]):
+            x = random_images(size, seed=i)
+            assert torch.equal(a(x), b(x))
+
+
 def test_the_layers_are_those_of_the_config():
     method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", neighbours=5, prior_strength=4.0,
                           instance_k=3.0, instance_spread=1.5, shallow_window=40,

@@ -55,8 +55,8 @@ class DYNAdaptiveConfig:
     prior_strength: N > 0: those layers weight the source ``N / (N + n)``; 16.
     instance_k, instance_spread: the instance rule's band, ``max(k, c * sqrt(rho))`` standard
         errors (:func:`~dyntta.norm.adaptive.widened_instance_rule`); 8 and 2.5.
-    instance_fraction: the first ``round(f * L)`` of the L BN layers (in the order they run)
-        apply the instance rule; 0.25.
+    instance_fraction: the first ``round(f * L)`` of the L BN layers that run (in the order
+        they run) apply the instance rule; 0.25.
     cluster_fraction: the first ``max(1, round(f * L))`` are neighbourhood layers, the others
         pool; in (0, 1]; 0.5.
     balanced_alpha, balance_power: the deep source weight for perfectly even predictions (0.4)
@@ -145,10 +145,11 @@ class DYNAdaptive(NormalizationMethod):
         if repeated:
             raise ValueError(f"dyn_adaptive needs each BN layer to run once per forward; "
                              f"{repeated} ran {max(map(calls.count, calls))} times")
-        order = calls + [m for m in self._placeholders if m not in calls]  # never run: any
+        # fractions of the layers that run; those that did not come last (any role would do)
+        order = calls + [m for m in self._placeholders if m not in calls]
         c = self.config
-        n_clustered = max(1, round(c.cluster_fraction * len(order)))
-        n_instance = round(c.instance_fraction * len(order))
+        n_clustered = max(1, round(c.cluster_fraction * len(calls)))
+        n_instance = round(c.instance_fraction * len(calls))
         names = {m: name for name, m in self.model.named_modules()}
         for i, bn in enumerate(order):
             instance = (c.instance_k, c.instance_spread) if i < n_instance else None
@@ -168,9 +169,9 @@ class DYNAdaptive(NormalizationMethod):
         for batches of ``batch_size``. Until then the state the network reads changes shape from
         batch to batch, and a compiled network would compile a graph per shape (dynamo stops at
         8 and runs eager from there)."""
-        if self._placeholders or any(m.window and (m.window_mean is None or
-                                              m.window_mean.shape[0] < m.window)
-                                for m in self.layers()):
+        filling = any(m.window and (m.window_mean is None or m.window_mean.shape[0] < m.window)
+                      for m in self.layers())
+        if self._placeholders or filling:
             return False
         match, classes = self._match, self._balance.classes
         return match.current is not None and \
