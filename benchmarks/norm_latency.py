@@ -25,9 +25,8 @@ from dyntta.bench.stats import median_interval
 from dyntta.models import Normalized, build
 
 METHODS = {name: (name, {}) for name in ("source", "tbn", "alpha_bn", "dyn", "dyn_adaptive", "datta")}
-# the cost of dyn_adaptive's 256-sample shallow window and per-channel band: the two undone
-METHODS["dyn_adaptive window64-band-per-layer"] = (
-    "dyn_adaptive", {"shallow_window": 64, "spread_per": "layer", "instance_spread": 2.5})
+# the cost of dyn_adaptive's 256-sample shallow window
+METHODS["dyn_adaptive shallow64"] = ("dyn_adaptive", {"shallow_window": 64})
 # the cost of the instance rule in every layer, not only the first quarter
 METHODS["dyn_adaptive rule-in-every-layer"] = ("dyn_adaptive", {"instance_fraction": 1.0})
 

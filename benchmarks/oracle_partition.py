@@ -6,12 +6,8 @@ Labels:
 
 - ``dyn``, ``dyn_adaptive``: the registered methods;
 - ``dyn+domains``: DYN's layer (source weight 0.8, every layer) clustering by true domain;
-- ``size+window+domains``: every layer clusters by true domain over the batch and a window of the
-  last 64 samples, source weight ``16 / (16 + n_k)``: the oracle's best measured combination;
-- ``deep256+match``: ``dyn_adaptive`` with a 256-sample deep window kept to the current domain
-  by :class:`~dyntta.norm.WindowMatch` (``deep_window=256, deep_match=0.1``);
-- ``deep256+domains``: the same with a perfect filter: the deep layers keep the remembered
-  samples whose true domain is one of the batch's.
+- ``deep+domains``: ``dyn_adaptive`` with a perfect :class:`~dyntta.norm.WindowMatch`: its
+  pooling layers keep the remembered samples whose true domain is one of the batch's.
 
     PYTHONPATH=src python benchmarks/oracle_partition.py --data-dir ../shared/data --cache-dir CACHE \
         --dataset npz --scenarios crossmix continual --batch-sizes 64 16 --seeds 0 1 2
@@ -29,32 +25,25 @@ from dyntta.bench.config import DatasetEntry
 from dyntta.bench.sources import SourceOptions, resolve_source
 from dyntta.bench.stats import difference_interval
 from dyntta.data import make_stream
+from dyntta.methods.dyn_adaptive import DYNAdaptiveConfig
 from dyntta.norm import ClusterAwareBatchNorm2d, WindowMatch, replace_batchnorm
 
 DATASETS = {
     "npz": DatasetEntry("npz", "cifar10-test-jpeg.npz", "resnet20-cifar10.th"),
     "digits": DatasetEntry("digits"),
 }
-WINDOW = 64
 
 
 class TrueDomains:
-    """A clustering for :class:`ClusterAwareBatchNorm2d` that returns the samples' true domains:
-    those of the current batch, preceded (when the layer clusters a window with the batch) by
-    those of the most recent earlier samples."""
-
-    def __init__(self) -> None:
-        self.past = torch.zeros(0, dtype=torch.long)
-        self.current = self.past
+    """A clustering for :class:`ClusterAwareBatchNorm2d` that returns the current batch's true
+    domains."""
 
     def show(self, domains: torch.Tensor) -> None:
         """The next batch's domains (call before its forward)."""
-        self.past = torch.cat([self.past, self.current])[-WINDOW:]
         self.current = domains
 
     def __call__(self, mu: torch.Tensor) -> torch.Tensor:
-        extra = mu.shape[0] - self.current.shape[0]
-        return torch.cat([self.past[len(self.past) - extra:], self.current]) if extra else self.current
+        return self.current
 
 
 class TrueDomainMatch(WindowMatch):
@@ -77,45 +66,33 @@ class TrueDomainMatch(WindowMatch):
         return torch.isin(self.domains[seen - n_window : seen], self.domains[seen:])
 
 
-DEEP = {"deep_window": 256, "deep_match": 0.1}
-
-
-def oracle_model(model, domains: TrueDomains, **options):
+def oracle_model(model, domains: TrueDomains):
     model = copy.deepcopy(model)
-    replace_batchnorm(model, lambda bn: ClusterAwareBatchNorm2d(bn, clustering=domains, **options))
+    replace_batchnorm(model, lambda bn: ClusterAwareBatchNorm2d(bn, clustering=domains))
     return model.eval().requires_grad_(False)
 
 
 def deep_oracle_model(model, domains: TrueDomainMatch):
-    adapter = dyntta.adapt(model, "dyn_adaptive", **DEEP)
-    # the observing layer stays: its observe() starts each batch's decisions afresh
-    for layer in adapter.modules():
-        if isinstance(layer, ClusterAwareBatchNorm2d):
-            layer.signature = domains if layer.signature is not None else None
-            layer.match = domains if layer.match is not None else None
+    adapter = dyntta.adapt(model, "dyn_adaptive")
+    # before the first batch gives the layers their roles: the signing layer and the class
+    # balance take the oracle in place of the method's WindowMatch
+    adapter._match = adapter._balance.within = domains
     return adapter
 
 
-ORACLES = {
-    "dyn+domains": {},
-    "size+window+domains": {"source_weight": "size", "window": WINDOW},
-}
-# each oracle (or option) beside the method it improves on: the tables' difference columns
-COMPARISONS = [("size+window+domains", "dyn"), ("deep256+match", "dyn_adaptive"),
-               ("deep256+domains", "dyn_adaptive")]
-LABELS = ["dyn", "dyn_adaptive", *ORACLES, "deep256+match", "deep256+domains"]
+# each oracle beside the method it improves on: the tables' difference columns
+COMPARISONS = [("dyn+domains", "dyn"), ("deep+domains", "dyn_adaptive")]
+LABELS = ["dyn", "dyn_adaptive", "dyn+domains", "deep+domains"]
 
 
 def build(label: str, model):
     """The model of ``label`` and the oracle it must be shown each batch's domains (or None)."""
-    if label in ORACLES:
+    if label == "dyn+domains":
         domains = TrueDomains()
-        return oracle_model(model, domains, **ORACLES[label]), domains
-    if label == "deep256+domains":
-        domains = TrueDomainMatch(DEEP["deep_window"])
+        return oracle_model(model, domains), domains
+    if label == "deep+domains":
+        domains = TrueDomainMatch(DYNAdaptiveConfig.deep_window)
         return deep_oracle_model(model, domains), domains
-    if label == "deep256+match":
-        return dyntta.adapt(model, "dyn_adaptive", **DEEP), None
     return dyntta.adapt(model, label), None
 
 

@@ -1,4 +1,4 @@
-"""The class-balanced window filter (beyond the paper, issue 12): its choice against a direct
+"""The class-balanced window filter (beyond the paper): its choice against a direct
 reading of the rule, its memory, and its effect inside a layer."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dyntta.norm import ClassBalance, ClusterAwareBatchNorm2d
+from dyntta.norm import ClassBalance
+from dyntta.norm.adaptive import PooledNorm2d
 from tests.norm.bn_helpers import random_bn
 
 
@@ -97,10 +98,10 @@ def test_a_deep_layer_keeps_the_most_recent_sample_of_each_class_only():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(9, 3, 4, 4, generator=g, dtype=torch.float64)
     balance = ClassBalance(memory=6, per_class=1)
-    deep = ClusterAwareBatchNorm2d(random_bn(3).double(), cluster=False, window=6, match=balance)
+    deep = PooledNorm2d(random_bn(3).double(), 6, 0.5, keep=balance)
     for batch, classes in ((x[:3], [0, 0, 1]), (x[3:6], [1, 0, 2])):
         deep(batch)
         balance.record(torch.tensor(classes), 3)
     # remembered x[0..5] of classes 0 0 1 1 0 2: kept x[3] (1), x[4] (0), x[5] (2)
-    alone = ClusterAwareBatchNorm2d(random_bn(3).double(), cluster=False)
+    alone = PooledNorm2d(random_bn(3).double(), 0, 0.5)
     torch.testing.assert_close(deep(x[6:]), alone(x[3:])[3:])

@@ -1,6 +1,6 @@
-"""Neighbourhoods instead of LISC clusters (beyond the paper, issue 12): the nearest neighbours
-against sorting every similarity, their statistics against the pooled pixels, and the layer's
-limiting cases (one neighbour: instance statistics; the whole pool: one cluster)."""
+"""Neighbourhoods instead of LISC clusters (beyond the paper): the nearest neighbours against
+sorting every similarity, their statistics against the pooled pixels, and the layer's limiting
+cases (one neighbour: instance statistics; the whole pool: one group)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dyntta.norm import ClusterAwareBatchNorm2d
+from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d
 from dyntta.norm.layers import mix, normalize
 from dyntta.norm.neighbours import nearest_neighbours
 from dyntta.norm.stats import instance_stats, neighbourhood_stats
@@ -54,45 +54,21 @@ def test_neighbourhood_stats_are_the_statistics_of_the_pooled_pixels():
         torch.testing.assert_close(spread[i], mu[rows].var(0, unbiased=False))
 
 
-@pytest.mark.parametrize("source_weight", ["fixed", "size"])
-def test_neighbourhoods_covering_the_batch_are_one_cluster(source_weight):
+def test_neighbourhoods_covering_the_batch_are_one_pool():
     bn = source_bn().double()
     x = mixed_batch(b=10)
-    options = dict(alpha=0.3, source_weight=source_weight, prior_strength=4.0)
-    whole = ClusterAwareBatchNorm2d(bn, neighbours=10, **options).double()
-    larger = ClusterAwareBatchNorm2d(bn, neighbours=64, **options).double()
-    one = ClusterAwareBatchNorm2d(bn, cluster=False, **options).double()
-    torch.testing.assert_close(whole(x), one(x))
-    torch.testing.assert_close(larger(x), one(x))
-    assert whole.last_labels is None
+    pooled = PooledNorm2d(bn, 0, 4.0 / (4.0 + 10)).double()
+    for n in (10, 64):  # the whole batch, or more than it holds
+        whole = NeighbourhoodNorm2d(bn, 0, n, prior_strength=4.0).double()
+        torch.testing.assert_close(whole(x), pooled(x))
 
 
 def test_one_neighbour_mixes_each_samples_own_statistics_with_the_source():
     bn = source_bn().double()
     x = mixed_batch(b=6)
-    layer = ClusterAwareBatchNorm2d(bn, alpha=0.3, neighbours=1, source_weight="size",
-                                    prior_strength=2.0).double()
+    layer = NeighbourhoodNorm2d(bn, 0, 1, prior_strength=2.0).double()
     mu, s2 = instance_stats(x)
     a = 2.0 / (2.0 + 1.0)
     expected = normalize(x, mix(bn.running_mean, mu, a), mix(bn.running_var, s2, a),
                          bn.weight, bn.bias, bn.eps)
     torch.testing.assert_close(layer(x), expected)
-
-
-def test_windowed_neighbourhoods_equal_those_of_the_concatenated_samples():
-    bn = source_bn().double()
-    x = mixed_batch(b=14)
-    windowed = ClusterAwareBatchNorm2d(bn, neighbours=4, window=32).double()
-    windowed(x[:9])
-    plain = ClusterAwareBatchNorm2d(bn, neighbours=4).double()
-    torch.testing.assert_close(windowed(x[9:]), plain(x)[9:])
-
-
-@pytest.mark.parametrize(
-    "option",
-    [{"neighbours": -1}, {"neighbours": 4, "cluster": False}, {"neighbours": 4, "merge_levels": 1},
-     {"neighbours": 4, "source_weight": "shift"}],
-)
-def test_bad_neighbour_options_are_named(option):
-    with pytest.raises(ValueError, match="neighbours"):
-        ClusterAwareBatchNorm2d(source_bn(), **option)

@@ -1,4 +1,4 @@
-"""The window filter shared by layers (beyond the paper, issue 12): its choice against a direct
+"""The window filter shared by layers (beyond the paper): its choice against a direct
 reading of the rule, its invariants, and its effect inside a layer."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dyntta.norm import ClusterAwareBatchNorm2d, WindowMatch
+from dyntta.norm import WindowMatch
+from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d
 from tests.norm.bn_helpers import random_bn
 
 
@@ -138,12 +139,10 @@ def domain_batch(direction: int, seed: int, b: int = 4, c: int = 3) -> torch.Ten
 
 def test_a_deep_layer_drops_window_samples_of_another_domain():
     match = WindowMatch(memory=12, pool=4, quantile=0.1)
-    judge = ClusterAwareBatchNorm2d(random_bn(3).double(), signature=match)
-    deep = ClusterAwareBatchNorm2d(random_bn(3, seed=1).double(), cluster=False, window=12,
-                                   top_up=True, match=match)
-    windowless = ClusterAwareBatchNorm2d(random_bn(3, seed=1).double(), cluster=False)
-    unmatched = ClusterAwareBatchNorm2d(random_bn(3, seed=1).double(), cluster=False,
-                                        window=12, top_up=True)
+    judge = NeighbourhoodNorm2d(random_bn(3).double(), 0, 4, 16.0, signature=match)
+    deep = PooledNorm2d(random_bn(3, seed=1).double(), 12, 0.5, keep=match)
+    windowless = PooledNorm2d(random_bn(3, seed=1).double(), 0, 0.5)
+    unmatched = PooledNorm2d(random_bn(3, seed=1).double(), 12, 0.5)
     stream = [domain_batch(0, 0), domain_batch(0, 1), domain_batch(1, 2)]
     for x in stream:
         judge(x)
@@ -160,9 +159,9 @@ def test_a_deep_layer_drops_window_samples_of_another_domain():
 
 def test_reset_forgets_the_signatures():
     match = WindowMatch(8, 4, 0.1)
-    judge = ClusterAwareBatchNorm2d(random_bn(3).double(), signature=match)
+    judge = NeighbourhoodNorm2d(random_bn(3).double(), 0, 4, 16.0, signature=match)
     judge(domain_batch(0, 0))
-    judge.reset_window()
+    match.reset()
     assert match.current is None
     with pytest.raises(RuntimeError, match="observe"):
         match.keep(0, 4)

@@ -1,9 +1,8 @@
-"""Source weights for cluster-aware BN that adapt to the data (beyond the DYN paper).
+"""Source weights that adapt to the data (beyond the DYN paper).
 
 DYN mixes every cluster's statistics with the source's at a fixed source weight 0.8, whatever
-the cluster's size, however far its statistics lie from the source's and whatever the classes in
-the batch. The size and shift weights here are per sample (the weight of its cluster), shape
-(N, 1), to broadcast over channels; the label-balance weight is one number per batch.
+the cluster's size and whatever the classes in the batch. Here the weight follows the number of
+samples behind a statistic, or how evenly the recent predictions spread over the classes.
 """
 
 from __future__ import annotations
@@ -21,38 +20,6 @@ def size_weight(sizes: torch.Tensor, strength: float) -> torch.Tensor:
         strength: N > 0, the prior's weight in samples (their hyper-parameter).
     """
     return strength / (strength + sizes)
-
-
-def shift_weight(
-    mu: torch.Tensor,
-    cluster_mean: torch.Tensor,
-    sizes: torch.Tensor,
-    source_mean: torch.Tensor,
-    fallback: float,
-) -> torch.Tensor:
-    """Positive-part James-Stein shrinkage of each cluster mean towards the source mean
-    (Efron & Morris, JASA 1973): source weight ``min(1, sum_c se2_c / sum_c d_c^2)``.
-
-    ``d = mu_k - mu_src`` is the cluster's shift from the source and ``se2_c = v_c / n_k`` the
-    sampling variance of its mean, with ``v_c`` the within-cluster variance of the instance means
-    pooled over the batch (divisor N - K, K clusters). A cluster far from the source (shift large
-    against its noise) keeps its own statistics; one indistinguishable from the source, or too
-    small to tell, takes the source's. Constant-free, like DATTA's mixedness score (Ye et al.,
-    ICME 2025) in spirit, but per cluster and without a threshold. Where no sample shares a
-    cluster (N == K, e.g. one sample) the variance is unknown and ``fallback`` is used.
-
-    Args:
-        mu: (N, C) instance means; cluster_mean: (N, C) each sample's cluster mean.
-        sizes: (N, 1) cluster sizes; source_mean: (C,).
-        fallback: source weight when N == K.
-    """
-    n = mu.shape[0]
-    clusters = (1.0 / sizes).sum()
-    pooled = (mu - cluster_mean).square().sum(0) / (n - clusters).clamp_min(1.0)
-    noise = pooled.sum() / sizes
-    shift = (cluster_mean - source_mean).square().sum(1, keepdim=True)
-    weight = (noise / shift.clamp_min(torch.finfo(mu.dtype).tiny)).clamp_max(1.0)
-    return torch.where(n - clusters > 0.5, weight, torch.full_like(weight, fallback))
 
 
 def label_balance_weight(

@@ -1,0 +1,198 @@
+"""The layers of dyn_adaptive (beyond the paper) against direct readings of their rules, and
+their limiting cases."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d, widened_instance_rule
+from dyntta.norm.layers import normalize
+from dyntta.norm.mixing import label_balance_weight, size_weight
+from dyntta.norm.stats import spread_ratio
+from tests.norm.test_layers import mixed_batch, source_bn
+
+
+def iabn_reference(mu, s2, ref_mean, ref_var, length, k, eps):
+    """IABN's rule written out: soft-shrink by k standard errors of the reference."""
+    sd = (ref_var + eps).sqrt()
+    d_mu, d_var = mu - ref_mean, s2 - ref_var
+    t_mu, t_var = k * sd / length**0.5, k * sd**2 * (2 / (length - 1)) ** 0.5
+    mean = ref_mean + torch.sign(d_mu) * (d_mu.abs() - t_mu).clamp_min(0)
+    return mean, (ref_var + torch.sign(d_var) * (d_var.abs() - t_var).clamp_min(0)).clamp_min(0)
+
+
+def groups_of(x, neighbours):
+    """Each sample's group, written out: its ``neighbours`` most cosine-similar samples (None:
+    the whole batch)."""
+    mu = x.mean((2, 3))
+    if neighbours is None:
+        return [torch.arange(x.shape[0])] * x.shape[0]
+    unit = mu / mu.norm(dim=1, keepdim=True)
+    return [(unit @ unit[i]).argsort(descending=True)[:neighbours] for i in range(x.shape[0])]
+
+
+def group_reference(x, bn, neighbours, a):
+    """Per sample: its group's pixels' mean and variance (instance variances unbiased), mixed
+    with the source at weight ``a``."""
+    mu, s2 = x.mean((2, 3)), x.var((2, 3))
+    groups = groups_of(x, neighbours)
+    mean = torch.stack([mu[g].mean(0) for g in groups])
+    var = torch.stack([s2[g].mean(0) + mu[g].var(0, unbiased=False) for g in groups])
+    return a * bn.running_mean + (1 - a) * mean, a * bn.running_var + (1 - a) * var
+
+
+def test_size_weight_is_schneiders_prior():
+    sizes = torch.tensor([[1.0], [4.0], [64.0]])
+    torch.testing.assert_close(size_weight(sizes, 16.0), 16.0 / (16.0 + sizes))
+
+
+@pytest.mark.parametrize("n", [1, 3, 10])
+def test_neighbourhood_layer_is_the_n_nearest_samples_at_the_size_weight(n):
+    bn = source_bn().double()
+    x = mixed_batch(b=10)
+    layer = NeighbourhoodNorm2d(bn, window=0, neighbours=n, prior_strength=4.0).double()
+    mean, var = group_reference(x, bn, n, 4.0 / (4.0 + n))
+    got = layer.statistics(x)
+    torch.testing.assert_close(got[0], mean)
+    torch.testing.assert_close(got[1], var)
+
+
+def test_pooled_layer_is_the_batch_at_the_weight_its_owner_sets():
+    bn = source_bn().double()
+    x = mixed_batch(b=12)
+    layer = PooledNorm2d(bn, window=0, source_weight=0.8).double()
+    layer.source_weight.fill_(0.35)
+    mean, var = group_reference(x, bn, None, 0.35)
+    got = layer.statistics(x)
+    torch.testing.assert_close(got[0], mean[0])
+    torch.testing.assert_close(got[1], var[0])
+    assert "source_weight" not in layer.state_dict()  # its owner's state, not the layer's
+
+
+@pytest.mark.parametrize("layer", ["neighbourhood", "pooled"])
+@pytest.mark.parametrize("c", [0.5, 3.0])
+def test_instance_rule_band_is_c_observed_deviations_per_channel_at_least_k(layer, c):
+    bn = source_bn().double()
+    x = mixed_batch(b=10)
+    k, length, eps = 2.0, x.shape[2] * x.shape[3], bn.eps
+    neighbours = 4 if layer == "neighbourhood" else None
+
+    def make(instance):
+        if layer == "neighbourhood":
+            return NeighbourhoodNorm2d(bn, 0, 4, 16.0, instance).double()
+        return PooledNorm2d(bn, 0, 0.6, instance).double()
+
+    got = make((k, c)).statistics(x)
+    ref_mean, ref_var = make(None).statistics(x)
+    mu, s2 = x.mean((2, 3)), x.var((2, 3))
+    spread = torch.stack([mu[g].var(0, unbiased=False) for g in groups_of(x, neighbours)])
+    rho = spread.mean(0) / ((s2 + eps) / length).mean(0)
+    mean, var = iabn_reference(mu, s2, ref_mean, ref_var, length, (c * rho.sqrt()).clamp_min(k),
+                               eps)
+    torch.testing.assert_close(got[0], mean)
+    torch.testing.assert_close(got[1], var)
+
+
+def test_instance_rule_limits_are_instance_and_group_statistics():
+    bn = source_bn().double()
+    x = mixed_batch(b=8)
+    mu, s2 = x.mean((2, 3)), x.var((2, 3))
+    mean, var = PooledNorm2d(bn, 0, 0.5).double().statistics(x)
+    spread = torch.zeros_like(mu)
+    own = widened_instance_rule(mu, s2, mean, var, spread, 20, 0.0, 0.0, bn.eps)
+    torch.testing.assert_close(own[0], mu)  # a band of 0: each sample's own statistics
+    torch.testing.assert_close(own[1], s2)
+    wide = widened_instance_rule(mu, s2, mean, var, spread + 1.0, 20, 0.0, 1e9, bn.eps)
+    torch.testing.assert_close(wide[0], mean.expand_as(mu))  # a wide band: the group's
+    torch.testing.assert_close(wide[1], var.expand_as(mu))
+
+
+def test_spread_ratio_is_one_for_independent_positions():
+    """White noise: instance means of one domain vary by exactly their standard error."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4000, 3, 8, 8, generator=g, dtype=torch.float64)
+    mu, s2 = x.mean((2, 3)), x.var((2, 3))
+    spread = (mu - mu.mean(0)).square()
+    assert abs(float(spread_ratio(spread, s2, 64, 0.0)) - 1.0) < 0.06
+
+
+@pytest.mark.parametrize("make", [lambda bn, w: NeighbourhoodNorm2d(bn, w, 4, 16.0),
+                                  lambda bn, w: PooledNorm2d(bn, w, 0.5)])
+def test_window_tops_the_batch_up_with_the_most_recent_samples(make):
+    bn = source_bn().double()
+    x = mixed_batch(b=14)
+    layer, plain = make(bn, 8).double(), make(bn, 0).double()
+    layer(x[:6])
+    # a batch of 3 is topped up to 8 with the 5 most recent samples (x[1:6])
+    torch.testing.assert_close(layer(x[6:9]), plain(x[1:9])[5:])
+    torch.testing.assert_close(layer.window_mean, x[1:9].mean((2, 3)))
+    # a batch of 8 or more uses no window: the windowless result, bit for bit
+    assert torch.equal(layer(x[6:14]), plain(x[6:14]))
+    torch.testing.assert_close(layer.window_mean, x[6:14].mean((2, 3)))
+    layer.reset_window()
+    assert torch.equal(layer(x[6:9]), plain(x[6:9]))
+
+
+def test_pooled_layer_leaves_out_the_rows_its_filter_drops():
+    class Every(object):
+        """Keeps every other remembered sample."""
+
+        def keep(self, n_window, batch_size):
+            return torch.arange(n_window) % 2 == 0
+
+    bn = source_bn().double()
+    x = mixed_batch(b=12)
+    layer = PooledNorm2d(bn, 8, 0.5, keep=Every()).double()
+    layer(x[:8])
+    plain = PooledNorm2d(bn, 0, 0.5).double()
+    kept = torch.cat([x[3:8][torch.arange(5) % 2 == 0], x[8:11]])  # 5 remembered, 3 new
+    torch.testing.assert_close(layer(x[8:11]), plain(kept)[-3:])
+
+
+def test_fused_normalisation_matches_the_broadcast_one():
+    bn = source_bn()
+    layer = NeighbourhoodNorm2d(bn, 8, 4, 16.0, (3.0, 2.0))
+    x = mixed_batch(b=6).float()
+    mean, var = layer.statistics(x)
+    layer.reset_window()  # the same state for the forward
+    expected = normalize(x, mean, var, layer.weight, layer.bias, layer.eps)
+    torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_label_balance_weight_from_the_inverse_simpson_index():
+    even, one = torch.arange(10), torch.full((7,), 3)
+    assert label_balance_weight(even, 10, 0.4, 2.0) == pytest.approx(0.4)
+    assert label_balance_weight(one, 10, 0.4, 2.0) == pytest.approx(1.0)
+    classes = torch.tensor([0, 0, 0, 1, 1, 2])  # p = 1/2, 1/3, 1/6 over K = 4
+    simpson = 1 / (1 / 4 + 1 / 9 + 1 / 36)
+    evenness = (simpson - 1) / 3
+    for power in (0.0, 1.0, 2.0, 3.0):
+        assert label_balance_weight(classes, 4, 0.3, power) == pytest.approx(
+            1 - 0.7 * evenness**power)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=40), st.floats(0.0, 1.0),
+       st.floats(0.0, 4.0))
+def test_label_balance_weight_lies_between_balanced_and_one_and_rises_with_power(
+        classes, balanced, power):
+    classes = torch.tensor(classes)
+    weight = label_balance_weight(classes, 5, balanced, power)
+    assert balanced - 1e-12 <= weight <= 1.0 + 1e-12
+    assert label_balance_weight(classes, 5, balanced, power + 1.0) >= weight - 1e-12
+    perm = classes[torch.randperm(classes.shape[0])]  # the order of the predictions is moot
+    assert label_balance_weight(perm, 5, balanced, power) == pytest.approx(weight)
+
+
+@pytest.mark.parametrize("make, name", [
+    (lambda bn: NeighbourhoodNorm2d(bn, -1, 4, 16.0), "window"),
+    (lambda bn: NeighbourhoodNorm2d(bn, 8, 0, 16.0), "neighbours"),
+    (lambda bn: NeighbourhoodNorm2d(bn, 8, 4, 0.0), "prior_strength"),
+    (lambda bn: PooledNorm2d(bn, -2, 0.5), "window"),
+])
+def test_bad_options_are_named(make, name):
+    with pytest.raises(ValueError, match=name):
+        make(source_bn())
