@@ -19,7 +19,8 @@ they run (found by one probe forward on the first batch):
 
 Shallow layers' statistics carry the domain, deep ones' the labels (IBN-Net, Pan et al., ECCV
 2018): hence neighbourhoods and the instance rule in the first layers, label-balanced pools in
-the others. The measurements behind each rule and constant: RESULTS.md, "DYN successor".
+the others. The measurements behind each rule and constant: RESULTS.md, "How `dyn_adaptive`'s
+defaults were chosen" and "`dyn_adaptive` across architectures".
 
 State: each layer remembers its window of instance statistics; the method owns what several
 layers share: the deep layers' source weight (buffer ``deep_source_weight``), the last
@@ -48,7 +49,7 @@ FIRST_WEIGHT = DYNConfig.alpha
 @dataclasses.dataclass(frozen=True)
 class DYNAdaptiveConfig:
     """Hyper-parameters of DYN-adaptive (each constant's measured sensitivity: RESULTS.md,
-    "DYN successor").
+    "How `dyn_adaptive`'s defaults were chosen").
 
     neighbours: n >= 1 nearest samples behind each sample's statistics in the neighbourhood
         layers; 8.
