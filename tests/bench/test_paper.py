@@ -181,6 +181,10 @@ def test_seeds_are_averaged_and_options_beyond_the_protocol_never_match():
     assert record_match_key(records[2]) is None
     text = comparison(records, [cell("dyn", 71.54)])
     assert "| dyn | 56.2 ± " in text and "seeds 0 1," in text
+    # a method that ran seed 0 only: every method is compared on seed 0
+    text = comparison(records[:2] + [flat("tbn", 0.25)], [cell("dyn", 71.54), cell("tbn", 62)])
+    assert "seeds 0 (1 runs of seeds not every method has left out)" in text
+    assert "| dyn | 50.0 ± 0.0 | 71.54 | – | – | +25.0 | +9.5 |" in text
 
 
 def test_protocols_are_compared_separately_and_share_the_backward_free_runs():

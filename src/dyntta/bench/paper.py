@@ -238,6 +238,8 @@ def published_blocks(rows: list[dict[str, Any]]) -> dict[tuple, dict[str, dict]]
 
 def common_seed_runs(runs: dict[str, list[dict]]) -> dict[str, list[dict]]:
     """Each method's runs restricted to the seeds every method has (sorted by seed)."""
+    if not runs:
+        return {}
     seeds = set.intersection(*({r["config"]["seed"] for r in v} for v in runs.values()))
     return {m: [r for r in v if r["config"]["seed"] in seeds] for m, v in runs.items()}
 
@@ -286,17 +288,22 @@ def block_comparison(block: tuple, published: dict[str, dict], ours: Ours) -> st
     """One published table column beside our runs of the same stream: accuracies, gains over
     source and TBN in both, and the rank agreement."""
     table, family, *stream = block
-    runs = ours.methods(tuple(stream))
+    every = ours.methods(tuple(stream))
+    runs = common_seed_runs(every)  # gains and ranks compare methods on the same seeds
+    left_out = sum(len(v) for v in every.values()) - sum(len(v) for v in runs.values())
+    runs = {m: v for m, v in runs.items() if v}
     paper = {m: row["accuracy"] for m, row in published.items()}
     mine = {m: 100 * float(np.mean([r["accuracy"] for r in v])) for m, v in runs.items()}
     seeds = sorted({r["config"]["seed"] for v in runs.values() for r in v})
+    note = f" ({left_out} runs of seeds not every method has left out)" if left_out else ""
     images = sorted({r["n_samples"] for v in runs.values() for r in v if "n_samples" in r})
     models = sorted({row["model"] for row in published.values()})
     sources = sorted({row["source"] for row in published.values()})
     lines = [f"### {table}: {stream_label(family, tuple(stream))}", "",
              f"ours: {ours.label}, protocol {ours.protocol}, seeds "
-             f"{' '.join(map(str, seeds))}, {'/'.join(map(str, images)) or '?'} test images "
-             f"per run; the paper's: {', '.join(models)} ({'; '.join(sources)})", "",
+             f"{' '.join(map(str, seeds)) or 'none in common'}{note}, "
+             f"{'/'.join(map(str, images)) or '?'} test images per run; the paper's: "
+             f"{', '.join(models)} ({'; '.join(sources)})", "",
              "| method | ours (%) | paper (%) | ours − source | paper − source | ours − TBN "
              "| paper − TBN |", "|---|---:|---:|---:|---:|---:|---:|"]
     order = sorted(set(paper) | set(mine), key=lambda m: (-paper.get(m, -1), m))
