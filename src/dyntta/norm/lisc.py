@@ -70,9 +70,9 @@ def pointer_jumping(neighbours: torch.Tensor) -> torch.Tensor:
 
 traced_pointer_jumping = torch.library.custom_op("dyntta::pointer_jumping", mutates_args=())(
     pointer_jumping)
-""":func:`pointer_jumping` as one operator in a ``torch.compile`` graph: traced as Python, its
-rounds would unroll into a fixed, batch-independent number of gathers in every layer, each a
-kernel for inductor to generate (most of DYN's compile time)."""
+""":func:`pointer_jumping` as one operator in a ``torch.compile`` graph (FINCH's next level): traced
+as Python, the count of its rounds would depend on the batch size, which one graph for every
+batch size cannot."""
 
 
 @traced_pointer_jumping.register_fake
