@@ -38,7 +38,7 @@ def first_neighbours(features: torch.Tensor) -> torch.Tensor:
     unit = unit_rows(features)
     sim = unit @ unit.T
     sim = sim + sim.T  # twice the cosine similarity, bit-for-bit symmetric
-    sim.diagonal().fill_(float("-inf"))  # fill_diagonal_ would fix B under torch.compile
+    sim.fill_diagonal_(float("-inf"))
     return sim.argmax(dim=1)
 
 
@@ -70,9 +70,9 @@ def pointer_jumping(neighbours: torch.Tensor) -> torch.Tensor:
 
 traced_pointer_jumping = torch.library.custom_op("dyntta::pointer_jumping", mutates_args=())(
     pointer_jumping)
-""":func:`pointer_jumping` as one operator in a ``torch.compile`` graph: traced as Python, its
-rounds would unroll into a fixed, batch-independent number of gathers in every layer, each a
-kernel for inductor to generate (most of DYN's compile time)."""
+""":func:`pointer_jumping` as one operator in a ``torch.compile`` graph (FINCH's next level): traced
+as Python, the count of its rounds would depend on the batch size, which one graph for every
+batch size cannot."""
 
 
 @traced_pointer_jumping.register_fake
@@ -87,6 +87,22 @@ def component_roots(neighbours: torch.Tensor) -> torch.Tensor:
     if torch.compiler.is_compiling():
         return traced_pointer_jumping(neighbours)
     return pointer_jumping(neighbours)
+
+
+def lisc_ids(mu: torch.Tensor) -> torch.Tensor:
+    """(B,) component ids of the first-neighbour graph of ``mu: (B, C)``, B >= 2 (no relabelling).
+    """
+    return pointer_jumping(first_neighbours(mu))
+
+
+traced_lisc_ids = torch.library.custom_op("dyntta::lisc_ids", mutates_args=())(lisc_ids)
+""":func:`lisc_ids` as one operator in a ``torch.compile`` graph: no kernel for inductor to
+generate for the similarity, the first neighbours or the pointer-jumping rounds."""
+
+
+@traced_lisc_ids.register_fake
+def _(mu: torch.Tensor) -> torch.Tensor:
+    return mu.new_empty(mu.shape[0], dtype=torch.long)
 
 
 def canonical_labels(ids: torch.Tensor) -> torch.Tensor:
@@ -113,5 +129,5 @@ def lisc(mu: torch.Tensor, canonical: bool = True) -> torch.Tensor:
         raise ValueError(f"lisc expects mu of shape (B, C), got {tuple(mu.shape)}")
     if mu.shape[0] == 1:
         return torch.zeros(1, dtype=torch.long, device=mu.device)
-    ids = component_roots(first_neighbours(mu))
+    ids = traced_lisc_ids(mu) if torch.compiler.is_compiling() else lisc_ids(mu)
     return canonical_labels(ids) if canonical else ids
