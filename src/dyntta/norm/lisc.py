@@ -68,27 +68,6 @@ def pointer_jumping(neighbours: torch.Tensor) -> torch.Tensor:
     return torch.minimum(pointer, first[pointer])
 
 
-traced_pointer_jumping = torch.library.custom_op("dyntta::pointer_jumping", mutates_args=())(
-    pointer_jumping)
-""":func:`pointer_jumping` as one operator in a ``torch.compile`` graph (FINCH's next level): traced
-as Python, the count of its rounds would depend on the batch size, which one graph for every
-batch size cannot."""
-
-
-@traced_pointer_jumping.register_fake
-def _(neighbours: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(neighbours)
-
-
-def component_roots(neighbours: torch.Tensor) -> torch.Tensor:
-    """:func:`pointer_jumping`, called directly when eager (a registered operator's dispatch
-    costs about 20 us) and as the operator :data:`traced_pointer_jumping` under ``torch.compile``.
-    """
-    if torch.compiler.is_compiling():
-        return traced_pointer_jumping(neighbours)
-    return pointer_jumping(neighbours)
-
-
 def lisc_ids(mu: torch.Tensor) -> torch.Tensor:
     """(B,) component ids of the first-neighbour graph of ``mu: (B, C)``, B >= 2 (no relabelling).
     """
