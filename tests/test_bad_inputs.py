@@ -264,7 +264,7 @@ CASES = {
     "download-onto-a-file": (["download", "cifar10-c", "afile"],
                              "afile is a file, not a folder"),
     "cifar10-c-empty-folder": (["bench", "--dataset", "cifar10-c", "--dataset-path", "empty-c",
-                                "--checkpoint", "tiny10.pt", "--out", "o15"],
+                                "--checkpoint", "tiny10.pt", "--out", "o15", "--no-progress"],
                                "cifar10-c: empty-c holds no labels.npy (expected "
                                "<corruption>.npy and labels.npy"),
 }
