@@ -194,7 +194,7 @@ CASES = {
     "analyze-digits-path": (["analyze", "alpha-sweep", "--dataset-path", "clean.npz"],
                             "'digits' is embedded and takes no path"),
     # models and data that do not fit
-    "checkpoint-classes": (["bench", "--checkpoint", "tiny100.pt", "--out", "o9"],
+    "checkpoint-classes": (["bench", "--checkpoint", "tiny100.pt", "--out", "o9", "--no-progress"],
                            "tiny100.pt has 100 classes but digits has 10"),
     "train-stray-label": (["train", "--npz", "stray.npz", "--out", "m.pt"],
                           "training labels go up to 1000000 but 999997 of the classes"),
@@ -264,7 +264,7 @@ CASES = {
     "download-onto-a-file": (["download", "cifar10-c", "afile"],
                              "afile is a file, not a folder"),
     "cifar10-c-empty-folder": (["bench", "--dataset", "cifar10-c", "--dataset-path", "empty-c",
-                                "--checkpoint", "tiny10.pt", "--out", "o15"],
+                                "--checkpoint", "tiny10.pt", "--out", "o15", "--no-progress"],
                                "cifar10-c: empty-c holds no labels.npy (expected "
                                "<corruption>.npy and labels.npy"),
 }
