@@ -9,11 +9,11 @@ Dataset kinds (``DatasetEntry.name``):
   Needs no download.
 - ``cifar10-c`` / ``cifar100-c``: a published set in the CIFAR-10-C layout
   (``<path>/<corruption>.npy``, ``labels.npy``); ``path`` defaults to ``CIFAR-10-C`` /
-  ``CIFAR-100-C`` under ``--data-dir``. Needs a checkpoint.
+  ``CIFAR-100-C`` under ``--data-dir``. Needs a model (a checkpoint or a factory).
 - ``imagenet-c``: ImageNet-C's folder layout (``<path>/<corruption>/<severity>/<wnid>/*.JPEG``).
-  Needs a checkpoint.
+  Needs a model.
 - ``npz``: a clean test set in an ``.npz`` (``x`` uint8 (N, H, W, 3), ``y`` labels), corrupted
-  here once (the severities asked for) and cached (e.g. ``../shared/data/cifar10-test-jpeg.npz``). Needs a checkpoint.
+  here once (the severities asked for) and cached (e.g. ``../shared/data/cifar10-test-jpeg.npz``). Needs a model.
 
 Relative paths are resolved against ``--data-dir`` (default: the current folder); caches live in ``--cache-dir`` (default
 ``$DYNTTA_CACHE`` or ``~/.cache/dyntta``).
