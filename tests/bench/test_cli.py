@@ -64,12 +64,12 @@ def test_bench_compile_runs_compiled_and_records_it(npz_and_checkpoint, capsys):
 
 
 def test_bench_compile_flag_sets_the_grids_compile(monkeypatch, tmp_path):
-    import dyntta.bench.runner
+    import dyntta.bench.api
 
     def stop(grid, *args, **kwargs):
         raise SystemExit(f"compile={grid.compile}")
 
-    monkeypatch.setattr(dyntta.bench.runner, "run_grid", stop)
+    monkeypatch.setattr(dyntta.bench.api, "run_grid", stop)
     with pytest.raises(SystemExit, match="compile=True"):
         main(["bench", "--compile", "--no-progress", "--out", str(tmp_path)])
 
