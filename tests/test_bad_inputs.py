@@ -195,7 +195,7 @@ CASES = {
                             "'digits' is embedded and takes no path"),
     # models and data that do not fit
     "checkpoint-classes": (["bench", "--checkpoint", "tiny100.pt", "--out", "o9", "--no-progress"],
-                           "tiny100.pt has 100 classes but digits has 10"),
+                           "tiny100.pt: the model predicts 100 classes but digits has 10"),
     "train-stray-label": (["train", "--npz", "stray.npz", "--out", "m.pt"],
                           "training labels go up to 1000000 but 999997 of the classes"),
     # impossible records, and files that are not results

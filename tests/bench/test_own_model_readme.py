@@ -26,12 +26,13 @@ def code_blocks(language: str) -> list[str]:
 
 
 def table_rows(text: str) -> dict[str, list[float]]:
-    """Each table row's label and its accuracies (the means of ``mean ± h``)."""
+    """Each table row's label and its accuracies (the means of ``mean ± h``, or of ``mean (n
+    batches)`` where a run had too few batches for an interval)."""
     rows = {}
     for line in text.splitlines():
         cells = [c.strip().strip("*") for c in line.strip().strip("|").split("|")]
-        if line.startswith("|") and len(cells) > 1 and "±" in cells[1]:
-            rows[cells[0]] = [float(c.split("±")[0]) for c in cells[1:]]
+        if line.startswith("|") and len(cells) > 1 and re.match(r"[\d.]+ (±|\()", cells[1]):
+            rows[cells[0]] = [float(c.split()[0]) for c in cells[1:]]
     return rows
 
 
