@@ -39,9 +39,10 @@ VARIANTS: dict[str, dict] = {  # dyn_adaptive's options: each constant moved, th
 
 
 def stream_id(config: dict) -> str:
-    """The stream and seed of a cell's configuration (``Cell.to_dict()``), without the method."""
-    return json.dumps({k: v for k, v in config.items() if k not in ("method", "options")},
-                      sort_keys=True)
+    """The stream and seed of a cell's configuration (``Cell.to_dict()``), without the method
+    and without what a run binds to it (model identity, rows), so that a re-run finds it."""
+    return json.dumps({k: v for k, v in config.items()
+                       if k not in ("method", "options", "source", "rows")}, sort_keys=True)
 
 
 def variant_cells(grid, names):
