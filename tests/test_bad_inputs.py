@@ -1,9 +1,12 @@
-"""Bad input and faults through the real ``dyntta`` command (a subprocess each): every one ends
-with one clear error line naming the problem, a non-zero exit status and no Python traceback."""
+"""Bad input and faults through the ``dyntta`` command: every one ends with one clear error line
+naming the problem, a non-zero exit status and no Python traceback. Each case runs through
+``dyntta.cli.main`` in this process (what the ``dyntta`` script calls; an exception it lets
+through fails the test); one case per sub-command also runs as a real subprocess."""
 
 from __future__ import annotations
 
-import concurrent.futures
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -25,6 +28,22 @@ from tests.conftest import tiny_resnet
 SRC = Path(__file__).resolve().parents[1] / "src"
 ROOT = os.geteuid() == 0  # root ignores file permissions: chmod cannot make a folder unwritable
 BENCH = ["bench", "--config", "grid.toml", "--no-progress", "--methods", "source"]
+
+
+def dyntta_here(args: list[str], cwd: Path) -> tuple[int, str]:
+    """``dyntta ARGS`` run through ``main`` in this process, in ``cwd`` with the cache that
+    :func:`dyntta` gives: (exit status, stderr)."""
+    err = io.StringIO()
+    env = {"DYNTTA_CACHE": str(cwd / "default-cache")}
+    with contextlib.chdir(cwd), pytest.MonkeyPatch.context() as patch, \
+            contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        for name, value in env.items():
+            patch.setenv(name, value)
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's errors
+            code = exc.code
+    return code, err.getvalue()
 
 
 def dyntta(*args: str, cwd: Path, **popen) -> subprocess.Popen:
@@ -275,23 +294,21 @@ SKIPS = {
 }
 
 
+SUBPROCESS = ("option-type", "report-binary", "make-c-truncated-npz", "train-stray-label",
+              "analyze-digits-path", "download-onto-a-file", "workers-zero")
+"""One case per sub-command (and one of argparse's), also run as a real ``dyntta`` process."""
+
+
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> dict[str, tuple[int, str, Path]]:
-    """Every case run once, two at a time: name -> (exit status, stderr, folder)."""
+    """Every case run once: name -> (exit status, stderr, folder)."""
     d = tmp_path_factory.mktemp("bad")
     write_inputs(d)  # and a finished run for report
     bench = [*BENCH[:2], str(d / "grid.toml"), *BENCH[3:]]
     assert main([*bench, "--out", str(d / "run"), "--data-dir", str(d),
                  "--cache-dir", str(d / "cache")]) == 0
-
-    def run(name):
-        proc = dyntta(*CASES[name][0], cwd=d)
-        _, err = proc.communicate(timeout=300)
-        return name, (proc.returncode, err, d)
-
     todo = [name for name in CASES if not SKIPS.get(name, (False,))[0]]
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        return dict(pool.map(run, todo))
+    return {name: (*dyntta_here(CASES[name][0], d), d) for name in todo}
 
 
 def assert_one_error_line(code: int, err: str, command: str, words: str) -> None:
@@ -311,6 +328,16 @@ def test_bad_input_is_one_error_line_without_traceback(outcomes, name):
     code, err, d = outcomes[name]
     args, words = CASES[name]
     assert_one_error_line(code, err, args[0], words)
+
+
+@pytest.mark.parametrize("name", SUBPROCESS)
+def test_the_real_command_prints_the_same_error_line(outcomes, name):
+    """The ``dyntta`` process (``python -m dyntta.cli``) ends as ``main`` does in this process."""
+    code, err, d = outcomes[name]
+    proc = dyntta(*CASES[name][0], cwd=d)
+    _, real = proc.communicate(timeout=300)
+    assert "Traceback" not in real, real
+    assert (proc.returncode, real.strip().splitlines()[-1]) == (code, err.strip().splitlines()[-1])
 
 
 def test_bad_labels_are_refused_before_anything_is_built(outcomes):
