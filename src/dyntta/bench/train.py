@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import torch
+from torch import nn
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
@@ -38,7 +39,7 @@ def random_crop(x: torch.Tensor, pad: int, generator: torch.Generator) -> torch.
 def train_classifier(
     images: np.ndarray,
     labels: np.ndarray,
-    arch: str | ResNetSpec = "resnet20",
+    arch: str | ResNetSpec | nn.Module = "resnet20",
     epochs: int = 15,
     batch_size: int = 64,
     lr: float = 0.1,
@@ -47,9 +48,12 @@ def train_classifier(
     seed: int = 0,
     progress: bool = True,
 ) -> Normalized:
-    """Train a ResNet on uint8 images (N, H, W, 3) and int labels (N,) with SGD + cosine decay.
+    """Train a ResNet (``arch``: a name or spec) or a network of your own (``arch``: an
+    ``nn.Module`` mapping normalised images to logits, trained in place) on uint8 images
+    (N, H, W, 3) and int labels (N,) with SGD + cosine decay.
 
-    The same arguments give the same weights (seeded initialisation, shuffling and crops, CPU).
+    The same arguments give the same weights (seeded initialisation, shuffling and crops, CPU;
+    a module of your own brings its own initialisation).
 
     Returns:
         A :class:`Normalized` model in eval mode whose normalisation is the training images'.
@@ -69,10 +73,14 @@ def train_classifier(
                          f"0..{num_classes - 1} have no example (a stray label?): labels must be "
                          "0..K-1 with every class present")
     torch.manual_seed(seed)
-    spec = ARCHITECTURES.get(arch) if isinstance(arch, str) else arch
-    if spec is None:
-        raise ValueError(f"unknown architecture {arch!r}; available: {', '.join(ARCHITECTURES)}")
-    net = ResNet(spec, num_classes)
+    if isinstance(arch, nn.Module):
+        net = arch
+    else:
+        spec = ARCHITECTURES.get(arch) if isinstance(arch, str) else arch
+        if spec is None:
+            raise ValueError(f"unknown architecture {arch!r}; available: "
+                             f"{', '.join(ARCHITECTURES)}")
+        net = ResNet(spec, num_classes)
     mean, std = channel_stats(images)
     model = Normalized(net, mean, std)
     x_all, y_all = to_tensor(images), torch.as_tensor(labels, dtype=torch.long)

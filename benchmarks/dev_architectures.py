@@ -1,0 +1,132 @@
+"""Source models of other shapes than dyntta's ResNets, trained here, to check that a method's
+rules carry across architectures (the ResNet-20 and the MLPerf-Tiny ResNet-8 are the others).
+
+- ``vgg_bn_after_relu``: a VGG-style net whose BN layers follow the ReLU (conv-ReLU-BN), 6 BN
+  layers, no shortcuts;
+- ``depthwise_net``: a MobileNet-style net (Howard et al., 2017) of depthwise-separable blocks,
+  BN after every depthwise and pointwise convolution, 11 BN layers.
+
+Each factory returns an untrained model for images in [0, 1] (``dyntta bench --model
+benchmarks.dev_architectures:NAME --checkpoint FILE`` from the repository root loads the trained
+weights and input normalisation into it). This script trains them on the first half of the
+CIFAR-10 test images (rows 0-4999 of the npz) and writes the other half for testing, so no test
+image was seen in training:
+
+    PYTHONPATH=src python benchmarks/dev_architectures.py ../shared/data/cifar10-test-jpeg.npz \\
+        --out ../dev-models
+    dyntta bench --config configs/dev_architectures.toml --data-dir ../dev-models
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from dyntta.atomic import atomic_path
+from dyntta.bench.train import to_tensor, train_classifier
+from dyntta.models import Normalized
+
+
+
+def conv_relu_bn(c_in: int, c_out: int) -> list[nn.Module]:
+    return [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.ReLU(inplace=True),
+            nn.BatchNorm2d(c_out)]
+
+
+class VGGBNAfterReLU(nn.Module):
+    """conv-ReLU-BN x2, max-pool, at 32, 64 and 128 channels; global average pool; linear."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        c_in = 3
+        for width in (32, 64, 128):
+            layers += [*conv_relu_bn(c_in, width), *conv_relu_bn(width, width), nn.MaxPool2d(2)]
+            c_in = width
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(c_in, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.features(x).mean((2, 3)))
+
+
+def conv_bn_relu(c_in: int, c_out: int, kernel: int, stride: int = 1, groups: int = 1):
+    return [nn.Conv2d(c_in, c_out, kernel, stride, kernel // 2, groups=groups, bias=False),
+            nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+
+
+class DepthwiseNet(nn.Module):
+    """A 3x3 stem at 32 channels, then five depthwise-separable blocks (3x3 depthwise-BN-ReLU,
+    1x1 pointwise-BN-ReLU) to 64, 128 (stride 2), 128, 256 (stride 2) and 256 channels; global
+    average pool; linear."""
+
+    BLOCKS = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1))
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        layers = conv_bn_relu(3, 32, 3)
+        c_in = 32
+        for c_out, stride in self.BLOCKS:
+            layers += [*conv_bn_relu(c_in, c_in, 3, stride, groups=c_in),
+                       *conv_bn_relu(c_in, c_out, 1)]
+            c_in = c_out
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(c_in, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.features(x).mean((2, 3)))
+
+
+def vgg_bn_after_relu() -> Normalized:
+    """An untrained :class:`VGGBNAfterReLU` for images in [0, 1] (the input normalisation is a
+    placeholder that a checkpoint replaces)."""
+    return Normalized(VGGBNAfterReLU(), [0.5] * 3, [0.25] * 3)
+
+
+def depthwise_net() -> Normalized:
+    """An untrained :class:`DepthwiseNet` for images in [0, 1] (placeholder normalisation)."""
+    return Normalized(DepthwiseNet(), [0.5] * 3, [0.25] * 3)
+
+
+FACTORIES = {"vgg_bn_after_relu": vgg_bn_after_relu, "depthwise_net": depthwise_net}
+
+
+def accuracy(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> float:
+    with torch.no_grad():
+        hits = [(model(to_tensor(images[i : i + 500])).argmax(1).numpy() == labels[i : i + 500])
+                for i in range(0, len(images), 500)]
+    return float(np.concatenate(hits).mean())
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("npz", help="the CIFAR-10 test images (x uint8 (N, 32, 32, 3), y)")
+    parser.add_argument("--out", required=True, help="folder for the checkpoints and test half")
+    parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument("--models", nargs="*", default=list(FACTORIES), choices=list(FACTORIES))
+    parser.add_argument("--train-rows", type=int, default=5000,
+                        help="the first rows train, the others test (default: half of 10,000)")
+    args = parser.parse_args(argv)
+    data = np.load(args.npz)
+    x, y = data["x"], data["y"]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / "cifar10-test-half.npz") as tmp, open(tmp, "wb") as f:
+        np.savez(f, x=x[args.train_rows:], y=y[args.train_rows:])
+    for name in args.models:
+        torch.manual_seed(0)
+        net = FACTORIES[name]().net
+        model = train_classifier(x[:args.train_rows], y[:args.train_rows], net, epochs=args.epochs,
+                                 lr=0.05, crop_pad=4, seed=0)
+        with atomic_path(out / f"{name}.pt") as tmp:
+            torch.save(model.state_dict(), tmp)
+        print(f"{name}: clean accuracy on the test half "
+              f"{100 * accuracy(model, x[args.train_rows:], y[args.train_rows:]):.2f}%", flush=True)
+
+
+if __name__ == "__main__":
+    main()

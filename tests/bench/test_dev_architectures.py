@@ -1,0 +1,77 @@
+"""The development architectures of ``benchmarks/dev_architectures.py``: their BN layers sit
+where their names say, ``train_classifier`` trains a module of one's own, and a trained model's
+state dict loads through the bring-your-own-model path."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+import dyntta
+from benchmarks.dev_architectures import FACTORIES, DepthwiseNet, VGGBNAfterReLU, main
+from dyntta.bench.train import train_classifier
+from dyntta.models.factory import build_from_factory
+
+
+def bn_inputs(net: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    seen: list[torch.Tensor] = []
+    hooks = [m.register_forward_pre_hook(lambda m, args: seen.append(args[0].clone()))
+             for m in net.modules() if isinstance(m, nn.BatchNorm2d)]
+    net.eval()(x)
+    for hook in hooks:
+        hook.remove()
+    return seen
+
+
+def test_vgg_normalises_after_the_relu():
+    inputs = bn_inputs(VGGBNAfterReLU(), torch.randn(4, 3, 32, 32))
+    assert len(inputs) == 6
+    assert all(t.min() >= 0 for t in inputs)  # every BN input is a ReLU's output
+
+
+def test_depthwise_net_normalises_every_depthwise_and_pointwise_convolution():
+    net = DepthwiseNet()
+    convs = [m for m in net.modules() if isinstance(m, nn.Conv2d)]
+    depthwise = [m for m in convs if m.groups == m.in_channels > 1]
+    assert len(depthwise) == len(DepthwiseNet.BLOCKS) == 5
+    inputs = bn_inputs(net, torch.randn(4, 3, 32, 32))
+    assert len(inputs) == len(convs) == 11
+    assert [t.shape[1] for t in inputs] == [m.out_channels for m in convs]
+    assert inputs[-1].shape[2:] == (8, 8)
+
+
+def test_train_classifier_trains_a_module_of_ones_own_deterministically():
+    rng = np.random.default_rng(0)
+    y = np.arange(48) % 2
+    x = np.where(y[:, None, None, None] == 1, 200, 40).astype(np.uint8) + \
+        rng.integers(0, 30, (48, 32, 32, 3), dtype=np.uint8)
+    weights = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2))
+        model = train_classifier(x, y, net, epochs=3, batch_size=16, progress=False)
+        assert model.net is net
+        weights.append(torch.cat([p.flatten() for p in model.parameters()]))
+        with torch.no_grad():
+            pred = model(torch.from_numpy(x).permute(0, 3, 1, 2).float() / 255).argmax(1)
+        assert (pred.numpy() == y).mean() == 1.0
+    assert torch.equal(*weights)
+
+
+def test_the_script_writes_a_test_half_and_checkpoints_the_factories_load(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    npz = tmp_path / "images.npz"
+    np.savez(npz, x=rng.integers(0, 256, (50, 32, 32, 3), dtype=np.uint8),
+             y=np.arange(50) % 10)
+    main([str(npz), "--out", str(tmp_path / "out"), "--epochs", "1", "--train-rows", "40",
+          "--models", "depthwise_net"])
+    half = np.load(tmp_path / "out" / "cifar10-test-half.npz")
+    assert half["x"].shape[0] == 10 and list(half["y"]) == list(range(10))
+    model = build_from_factory("benchmarks.dev_architectures:depthwise_net",
+                               tmp_path / "out" / "depthwise_net.pt")
+    assert not torch.equal(model.mean, FACTORIES["depthwise_net"]().mean)  # the trained one's
+    assert "depthwise_net: clean accuracy on the test half" in capsys.readouterr().out
+    adapted = dyntta.adapt(model, "dyn_adaptive")
+    assert adapted(torch.rand(8, 3, 32, 32)).shape == (8, 10)
