@@ -8,9 +8,10 @@ rules carry across architectures (the ResNet-20 and the MLPerf-Tiny ResNet-8 are
 
 Each factory returns an untrained model for images in [0, 1] (``dyntta bench --model
 benchmarks.dev_architectures:NAME --checkpoint FILE`` from the repository root loads the trained
-weights and input normalisation into it). This script trains them on the first half of the
-CIFAR-10 test images (rows 0-4999 of the npz) and writes the other half for testing, so no test
-image was seen in training:
+weights and input normalisation into it). This script trains them on one half of the CIFAR-10
+test images (the even rows of the npz; its rows are sorted by class, so each half holds every
+class alike) and writes the other half (the odd rows) for testing, so no test image was seen in
+training:
 
     PYTHONPATH=src python benchmarks/dev_architectures.py ../shared/data/cifar10-test-jpeg.npz \\
         --out ../dev-models
@@ -108,24 +109,23 @@ def main(argv=None) -> None:
     parser.add_argument("--out", required=True, help="folder for the checkpoints and test half")
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--models", nargs="*", default=list(FACTORIES), choices=list(FACTORIES))
-    parser.add_argument("--train-rows", type=int, default=5000,
-                        help="the first rows train, the others test (default: half of 10,000)")
     args = parser.parse_args(argv)
     data = np.load(args.npz)
     x, y = data["x"], data["y"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    train, test = slice(0, None, 2), slice(1, None, 2)
     with atomic_path(out / "cifar10-test-half.npz") as tmp, open(tmp, "wb") as f:
-        np.savez(f, x=x[args.train_rows:], y=y[args.train_rows:])
+        np.savez(f, x=x[test], y=y[test])
     for name in args.models:
         torch.manual_seed(0)
         net = FACTORIES[name]().net
-        model = train_classifier(x[:args.train_rows], y[:args.train_rows], net, epochs=args.epochs,
+        model = train_classifier(x[train], y[train], net, epochs=args.epochs,
                                  lr=0.05, crop_pad=4, seed=0)
         with atomic_path(out / f"{name}.pt") as tmp:
             torch.save(model.state_dict(), tmp)
         print(f"{name}: clean accuracy on the test half "
-              f"{100 * accuracy(model, x[args.train_rows:], y[args.train_rows:]):.2f}%", flush=True)
+              f"{100 * accuracy(model, x[test], y[test]):.2f}%", flush=True)
 
 
 if __name__ == "__main__":
