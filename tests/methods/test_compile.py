@@ -211,9 +211,9 @@ def test_traced_lisc_gives_exactly_the_eager_partitions(seed, b, c, k):
     assert torch.equal(TRACED_LISC(mu), lisc(mu))
 
 
-def test_dyns_graph_holds_lisc_as_one_operator_per_layer():
-    """Neither the similarity nor a pointer-jumping round is traced: each CABN layer calls the
-    LISC operator once."""
+def test_dyns_graph_holds_each_layers_statistics_as_one_operator():
+    """Neither the statistics, the similarity, a pointer-jumping round nor the mix is traced:
+    each CABN layer calls the CABN-statistics operator once."""
     targets = []
 
     def backend(graph_module, example_inputs):
@@ -224,5 +224,6 @@ def test_dyns_graph_holds_lisc_as_one_operator_per_layer():
     adapted(random_images(8))
     layers = sum(isinstance(m, ClusterAwareBatchNorm2d) for m in adapted.model.modules())
     assert layers > 0
-    assert targets.count("dyntta.lisc_ids.default") == layers
-    assert not any(op in t for t in targets for op in ("gather", "argmax", "pointer_jumping"))
+    assert targets.count("dyntta.cabn_statistics.default") == layers
+    assert not any(op in t for t in targets
+                   for op in ("gather", "argmax", "lisc_ids", "lerp", "vector_norm", "matmul"))

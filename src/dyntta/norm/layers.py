@@ -155,6 +155,47 @@ class AlphaBatchNorm2d(SourceNorm2d):
         return f"{super().extra_repr()}, alpha={self.alpha}"
 
 
+def cabn_statistics(
+    x: torch.Tensor,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    alpha: float,
+    unbiased: bool,
+    mix_std: bool,
+    clustering: Clustering | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """CABN's ``(mean, var, labels)`` for ``x``: (B, C) statistics of each sample's cluster
+    (LISC's ids unless ``clustering``) mixed with the source's at weight ``alpha``, variances
+    (``mix_std=False``) or standard deviations mixed."""
+    mu, s2 = instance_stats(x, unbiased=unbiased)
+    detached = mu.detach()
+    labels = lisc(detached, canonical=False) if clustering is None else clustering(detached)
+    cluster_mean, cluster_var = cluster_stats(mu, s2, labels)
+    mean = mix(running_mean, cluster_mean, alpha)
+    if not mix_std:
+        return mean, mix(running_var, cluster_var, alpha), labels
+    return mean, mix(running_var.sqrt(), cluster_var.sqrt(), alpha).square(), labels
+
+
+def _cabn_statistics_op(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
+                        alpha: float, unbiased: bool, mix_std: bool
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return cabn_statistics(x, running_mean, running_var, alpha, unbiased, mix_std)
+
+
+traced_cabn_statistics = torch.library.custom_op(
+    "dyntta::cabn_statistics", mutates_args=())(_cabn_statistics_op)
+""":func:`cabn_statistics` with LISC as one operator in a ``torch.compile`` graph: inductor
+compiles the network around it, not the statistics, the clustering or their mix (no autograd:
+DYN takes no gradient)."""
+
+
+@traced_cabn_statistics.register_fake
+def _(x, running_mean, running_var, alpha, unbiased, mix_std):
+    b, c = x.shape[:2]
+    return x.new_empty(b, c), x.new_empty(b, c), x.new_empty(b, dtype=torch.long)
+
+
 class ClusterAwareBatchNorm2d(SourceNorm2d):
     """CABN, DYN's layer: cluster the batch by instance means, normalise each cluster with
     source statistics mixed with the cluster's own.
@@ -195,16 +236,16 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         self.last_labels: torch.Tensor | None = None
 
     def statistics(self, x):
-        mu, s2 = instance_stats(x, unbiased=self.unbiased)
-        detached = mu.detach()
-        labels = lisc(detached, canonical=False) if self.clustering is None \
-            else self.clustering(detached)
-        self.last_labels = labels
-        cluster_mean, cluster_var = cluster_stats(mu, s2, labels)
-        mean = mix(self.running_mean, cluster_mean, self.alpha)
-        if self.mix_rule == "var":
-            return mean, mix(self.running_var, cluster_var, self.alpha)
-        return mean, mix(self.running_var.sqrt(), cluster_var.sqrt(), self.alpha).square()
+        if self.clustering is None and torch.compiler.is_compiling() and not (
+                torch.is_grad_enabled() and x.requires_grad):
+            mean, var, self.last_labels = traced_cabn_statistics(
+                x, self.running_mean, self.running_var, self.alpha, self.unbiased,
+                self.mix_rule == "std")
+            return mean, var
+        mean, var, self.last_labels = cabn_statistics(
+            x, self.running_mean, self.running_var, self.alpha, self.unbiased,
+            self.mix_rule == "std", self.clustering)
+        return mean, var
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, alpha={self.alpha}, mix={self.mix_rule!r}"
