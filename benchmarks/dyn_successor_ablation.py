@@ -35,25 +35,6 @@ VARIANTS: dict[str, dict] = {  # dyn_adaptive's options: each constant moved, th
     "if0.5-prior4": {"instance_fraction": 0.5, "prior_strength": 4.0},
     "if1-prior4": {"instance_fraction": 1.0, "prior_strength": 4.0},
     **{f"cf{f:g}": {"cluster_fraction": f} for f in (0.25, 0.75)},
-    # rules from the data, measured and rejected (the options below are removed again)
-    **{f"prior{n:g}": {"prior_strength": float(n)} for n in (1, 0.25)},
-    "ev": {"evidence": True},
-    "ev-ba0": {"evidence": True, "balanced_alpha": 0.0, "balance_power": 0.0},
-    "aw": {"adaptive": True},
-    "aw-sel": {"adaptive": True, "select": (0.0, 1 / 3, 2 / 3)},
-    "aw-sel-cf1": {"adaptive": True, "select": (0.0, 1 / 3, 2 / 3), "cluster_fraction": 1.0},
-    "aw-ev-live": {"adaptive": True, "evidence": True, "live": 0.01},
-    "aw-ev-live1": {"adaptive": True, "evidence": True, "live": 0.1},
-    "aw-fixed": {"adaptive": True, "fixed": True},
-    "aw-fixed-cf1": {"adaptive": True, "fixed": True, "cluster_fraction": 1.0},
-    "aw-ev": {"adaptive": True, "evidence": True},
-    "aw-ev-ba0": {"adaptive": True, "evidence": True, "balanced_alpha": 0.0, "balance_power": 0.0},
-    "aw-cf1": {"adaptive": True, "cluster_fraction": 1.0},
-    "aw-ev-cf1": {"adaptive": True, "evidence": True, "cluster_fraction": 1.0},
-    "ba0": {"balanced_alpha": 0.0, "balance_power": 0.0},
-    "cf1": {"cluster_fraction": 1.0},
-    "if1-prior1": {"instance_fraction": 1.0, "prior_strength": 1.0},
-    "cf1-prior1": {"cluster_fraction": 1.0, "prior_strength": 1.0},
 }
 
 

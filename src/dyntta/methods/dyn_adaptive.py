@@ -83,11 +83,6 @@ class DYNAdaptiveConfig:
     deep_window: int = 512
     deep_match: float = 0.1
     deep_balance: int = 32
-    evidence: bool = False
-    adaptive: bool = False
-    fixed: bool = False
-    live: float | None = None
-    select: tuple = ()
 
     def __post_init__(self):
         for name in ("instance_fraction", "balanced_alpha", "deep_match"):
@@ -179,10 +174,6 @@ class DYNAdaptive(NormalizationMethod):
                 layer = NeighbourhoodNorm2d(
                     bn, c.shallow_window, c.neighbours, c.prior_strength, instance,
                     signature=self._match if i == n_clustered - 1 else None)
-                layer.evidence = c.evidence
-                layer.adaptive = c.adaptive
-                layer.fixed = c.fixed
-                layer.live = c.live
             else:
                 layer = PooledNorm2d(bn, c.deep_window, FIRST_WEIGHT, instance, self._balance)
             parent, _, attribute = name.rpartition(".")
@@ -231,22 +222,6 @@ class DYNAdaptive(NormalizationMethod):
                 m.source_weight.copy_(self.deep_source_weight)
         # compiled: eager while the windows fill, the compiled graph once their shapes hold
         steady = not self.compiled or self.windows_steady(x.shape[0])
-        if self.config.select:
-            nb = [m for m in self.layers() if isinstance(m, NeighbourhoodNorm2d)]
-            best = None
-            for w in self.config.select:
-                for m in self.layers():
-                    m.frozen = True
-                for m in nb:
-                    m.trial = w
-                p = self.model.forward(x).softmax(1)
-                h = float(-(p * p.clamp_min(1e-12).log()).sum(1).mean())
-                if best is None or h < best[0]:
-                    best = (h, w)
-            for m in self.layers():
-                m.frozen = False
-            for m in nb:
-                m.trial = best[1]
         logits = self.model(x) if steady else self.model.forward(x)
         classes = logits.argmax(1)
         self._balance.record(classes, logits.shape[1])

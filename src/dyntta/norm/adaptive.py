@@ -17,7 +17,7 @@ from torch import nn
 from dyntta.norm.class_balance import ClassBalance
 from dyntta.norm.layers import SourceNorm2d, mix
 from dyntta.norm.mixing import size_weight
-from dyntta.norm.neighbours import nearest_neighbours, widest_consistent
+from dyntta.norm.neighbours import nearest_neighbours
 from dyntta.norm.stats import instance_stats, neighbourhood_stats, shrink_to_reference, spread_ratio
 from dyntta.norm.window_match import WindowMatch
 
@@ -98,7 +98,7 @@ class WindowedNorm2d(SourceNorm2d):
             pool_mu = torch.cat([self.window_mean[-extra:], mu])
             pool_s2 = torch.cat([self.window_var[-extra:], s2])
         mean, var, spread, a = self.group(mu, pool_mu, pool_s2)
-        if self.window and not getattr(self, "frozen", False):
+        if self.window:
             self.window_mean = pool_mu.detach()[-self.window :]
             self.window_var = pool_s2.detach()[-self.window :]
         mean, var = mix(self.running_mean, mean, a), mix(self.running_var, var, a)
@@ -135,33 +135,13 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
         self.neighbours = neighbours
         self.prior_strength = prior_strength
         self.signature = signature
-        self.evidence = False
-        self.adaptive = False
-        self.fixed = False
-        self.live = None
 
     def group(self, mu, pool_mu, pool_s2):
         if self.signature is not None:
             self.signature.observe(mu)
-        if self.adaptive:
-            mean, var, spread, n = widest_consistent(pool_mu, pool_s2, mu.shape[0], 4, 2.0)
-        else:
-            index = nearest_neighbours(pool_mu.detach(), self.neighbours, mu.shape[0])
-            mean, var, spread = neighbourhood_stats(pool_mu, pool_s2, index)
-            n = index.shape[1]
-        if self.evidence:
-            se2 = spread / n
-            shift = (mean - self.running_mean).square()
-            a = se2 / torch.maximum(shift, se2).clamp_min(1e-12)
-            if self.live is not None:
-                dead = self.running_var < self.live
-                a = torch.where(dead, size_weight(8, self.prior_strength), a)
-            return mean, var, spread, a
-        if getattr(self, "trial", None) is not None:
-            return mean, var, spread, self.trial
-        if self.fixed:
-            return mean, var, spread, size_weight(8, self.prior_strength)
-        return mean, var, spread, size_weight(n, self.prior_strength)
+        index = nearest_neighbours(pool_mu.detach(), self.neighbours, mu.shape[0])
+        mean, var, spread = neighbourhood_stats(pool_mu, pool_s2, index)
+        return mean, var, spread, size_weight(index.shape[1], self.prior_strength)
 
 
 class PooledNorm2d(WindowedNorm2d):
