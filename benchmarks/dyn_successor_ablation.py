@@ -45,6 +45,13 @@ def stream_id(config: dict) -> str:
                        if k not in ("method", "options", "source", "rows")}, sort_keys=True)
 
 
+def dataset_label(dataset: dict) -> str:
+    """A grid dataset as a table names it: its kind and, where given, its model's checkpoint
+    (two models on the same data are two rows)."""
+    model = dataset.get("checkpoint") or dataset.get("model")
+    return f"{dataset['name']} {Path(model).stem}" if model else dataset["name"]
+
+
 def variant_cells(grid, names):
     """(label, cell) for the grid's methods and the named variants of each stream."""
     out, seen = [], set()
@@ -66,7 +73,7 @@ def compact(records, labels, focus):
     runs = collections.defaultdict(lambda: collections.defaultdict(list))
     for r in records:
         c = r["config"]
-        runs[(c["dataset"]["name"], c["batch_size"], c["scenario"], c["delta"])][
+        runs[(dataset_label(c["dataset"]), c["batch_size"], c["scenario"], c["delta"])][
             r["variant"]].append(r)
     shown = [lab for lab in labels if lab != focus]
     lines = ["| dataset | B | scenario | seeds | " + " | ".join(shown) + f" | {focus} | "
@@ -100,7 +107,7 @@ def matrix(records, labels, reference="dyn"):
     runs = collections.defaultdict(lambda: collections.defaultdict(list))
     for r in records:
         c = r["config"]
-        runs[(c["dataset"]["name"], c["batch_size"], c["scenario"])][r["variant"]].append(r)
+        runs[(dataset_label(c["dataset"]), c["batch_size"], c["scenario"])][r["variant"]].append(r)
     streams = sorted(runs, key=lambda k: (k[0], -k[1], k[2]))
     lines = ["| variant | " + " | ".join(f"{d} B={b} {s}" for d, b, s in streams) + " |",
              "|---|" + "---|" * len(streams)]
@@ -132,7 +139,7 @@ def summarise(records, labels):
     runs = collections.defaultdict(dict)
     for r in records:
         c = r["config"]
-        stream = (c["dataset"]["name"], c["scenario"], c["batch_size"], c["delta"])
+        stream = (dataset_label(c["dataset"]), c["scenario"], c["batch_size"], c["delta"])
         runs[stream].setdefault(r["variant"], []).append(r)
     lines = []
     for stream, by in sorted(runs.items(), key=lambda kv: tuple(str(v) for v in kv[0])):
