@@ -155,19 +155,18 @@ class AlphaBatchNorm2d(SourceNorm2d):
         return f"{super().extra_repr()}, alpha={self.alpha}"
 
 
-def cabn_statistics(
-    x: torch.Tensor,
+def cabn_mix(
+    mu: torch.Tensor,
+    s2: torch.Tensor,
     running_mean: torch.Tensor,
     running_var: torch.Tensor,
     alpha: float,
-    unbiased: bool,
     mix_std: bool,
     clustering: Clustering | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """CABN's ``(mean, var, labels)`` for ``x``: (B, C) statistics of each sample's cluster
-    (LISC's ids unless ``clustering``) mixed with the source's at weight ``alpha``, variances
-    (``mix_std=False``) or standard deviations mixed."""
-    mu, s2 = instance_stats(x, unbiased=unbiased)
+    """CABN's ``(mean, var, labels)`` from the (B, C) instance means ``mu`` and variances
+    ``s2``: the statistics of each sample's cluster (LISC's ids unless ``clustering``) mixed with
+    the source's at weight ``alpha``, variances (``mix_std=False``) or standard deviations."""
     detached = mu.detach()
     labels = lisc(detached, canonical=False) if clustering is None else clustering(detached)
     cluster_mean, cluster_var = cluster_stats(mu, s2, labels)
@@ -177,23 +176,21 @@ def cabn_statistics(
     return mean, mix(running_var.sqrt(), cluster_var.sqrt(), alpha).square(), labels
 
 
-def _cabn_statistics_op(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
-                        alpha: float, unbiased: bool, mix_std: bool
-                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return cabn_statistics(x, running_mean, running_var, alpha, unbiased, mix_std)
+def _cabn_mix_op(mu: torch.Tensor, s2: torch.Tensor, running_mean: torch.Tensor,
+                 running_var: torch.Tensor, alpha: float, mix_std: bool
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return cabn_mix(mu, s2, running_mean, running_var, alpha, mix_std)
 
 
-traced_cabn_statistics = torch.library.custom_op(
-    "dyntta::cabn_statistics", mutates_args=())(_cabn_statistics_op)
-""":func:`cabn_statistics` with LISC as one operator in a ``torch.compile`` graph: inductor
-compiles the network around it, not the statistics, the clustering or their mix (no autograd:
-DYN takes no gradient)."""
+traced_cabn_mix = torch.library.custom_op("dyntta::cabn_mix", mutates_args=())(_cabn_mix_op)
+""":func:`cabn_mix` with LISC as one operator in a ``torch.compile`` graph: inductor compiles
+the instance statistics and the normalisation around it (fused with the network), not the
+clustering, the cluster statistics or their mix (no autograd: DYN takes no gradient)."""
 
 
-@traced_cabn_statistics.register_fake
-def _(x, running_mean, running_var, alpha, unbiased, mix_std):
-    b, c = x.shape[:2]
-    return x.new_empty(b, c), x.new_empty(b, c), x.new_empty(b, dtype=torch.long)
+@traced_cabn_mix.register_fake
+def _(mu, s2, running_mean, running_var, alpha, mix_std):
+    return torch.empty_like(mu), torch.empty_like(mu), mu.new_empty(mu.shape[0], dtype=torch.long)
 
 
 class ClusterAwareBatchNorm2d(SourceNorm2d):
@@ -236,15 +233,15 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
         self.last_labels: torch.Tensor | None = None
 
     def statistics(self, x):
+        mu, s2 = instance_stats(x, unbiased=self.unbiased)
+        mix_std = self.mix_rule == "std"
         if self.clustering is None and torch.compiler.is_compiling() and not (
                 torch.is_grad_enabled() and x.requires_grad):
-            mean, var, self.last_labels = traced_cabn_statistics(
-                x, self.running_mean, self.running_var, self.alpha, self.unbiased,
-                self.mix_rule == "std")
-            return mean, var
-        mean, var, self.last_labels = cabn_statistics(
-            x, self.running_mean, self.running_var, self.alpha, self.unbiased,
-            self.mix_rule == "std", self.clustering)
+            mean, var, self.last_labels = traced_cabn_mix(
+                mu, s2, self.running_mean, self.running_var, self.alpha, mix_std)
+        else:
+            mean, var, self.last_labels = cabn_mix(mu, s2, self.running_mean, self.running_var,
+                                                   self.alpha, mix_std, self.clustering)
         return mean, var
 
     def extra_repr(self) -> str:
