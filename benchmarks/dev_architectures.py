@@ -32,7 +32,6 @@ from dyntta.bench.train import to_tensor, train_classifier
 from dyntta.models import Normalized
 
 
-
 def conv_relu_bn(c_in: int, c_out: int) -> list[nn.Module]:
     return [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.ReLU(inplace=True),
             nn.BatchNorm2d(c_out)]
