@@ -27,7 +27,7 @@ from dyntta.bench.sources import SourceOptions, resolve_source
 from dyntta.cli import main
 from dyntta.models import save_checkpoint
 from tests.bench.helpers import (GRID_TOML, NPZ_GRID_TOML, sigint_as_in_a_terminal,
-                                 slow_on_seed_1)
+                                 to_the_time_limit)
 from tests.conftest import tiny_resnet
 
 
@@ -62,22 +62,26 @@ def cluster_data(tmp_path_factory):
 
 
 def test_a_cell_past_its_time_limit_is_reported_as_such(cluster_data, tmp_path, monkeypatch):
-    """A 1-minute limit: submitit's warning signal comes 30 s before the end; the cell that
-    would sleep 10 minutes is reported as timed out, the quick one is recorded."""
+    """A 2-minute limit: submitit's warning signal comes 60 s before the end. The cell that would
+    sleep 10 minutes, and the one the warning kills before submitit handles it, are both reported
+    as timed out; the quick one is recorded."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(  # jobs import tests.bench.helpers
         filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")])))
     (tmp_path / "grid.toml").write_text(GRID_TOML)
     cells = load_grid(tmp_path / "grid.toml").cells()
-    fast, slow = (next(c for c in cells if c.seed == seed) for seed in (0, 1))
-    executor = SlurmExecutor(ExecutorSpec("slurm", slurm_time=1), tmp_path / "jobs",
+    fast, slow, unready = (next(c for c in cells if (c.seed, c.scenario) == (seed, scenario))
+                           for seed, scenario in ((0, "crossmix"), (1, "crossmix"), (0, "continual")))
+    executor = SlurmExecutor(ExecutorSpec("slurm", slurm_time=2), tmp_path / "jobs",
                              tmp_path / "cache", poll_s=0.5, log=None)
-    outcomes = dict(executor.map(functools.partial(slow_on_seed_1, tmp_path, 600), [fast, slow]))
-    assert outcomes[fast] == {"key": fast.key}
-    failure = outcomes[slow]
-    assert isinstance(failure, Failure) and failure.key == slow.key
-    assert re.fullmatch(r"job \d+_1: reached its time limit of 1 min \(give more with "
-                        r"--slurm-time\)", failure.message), failure.message
-    assert "timed-out" in Path(failure.log).read_text()
+    outcomes = dict(executor.map(functools.partial(to_the_time_limit, tmp_path),
+                                 [fast, slow, unready]))
+    assert outcomes[fast] == {"key": fast.key}, outcomes[fast]
+    for cell, log_says in ((slow, "timed-out"), (unready, "User defined signal 2")):
+        failure = outcomes[cell]
+        assert isinstance(failure, Failure) and failure.key == cell.key, failure
+        assert re.fullmatch(r"job \d+_\d: reached its time limit of 2 min \(give more with "
+                            r"--slurm-time\)", failure.message), failure.message
+        assert log_says in Path(failure.log).read_text()
     assert not (tmp_path / "ended").exists()
 
 

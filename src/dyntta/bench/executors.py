@@ -231,9 +231,11 @@ class SlurmExecutor:
 def _outcome(job: Any, cell: Cell, minutes: int) -> dict | Failure:
     """The record of a finished submitit job, or its failure with the cause and the log.
 
-    A job that reaches its time limit (``minutes``) gets submitit's signal shortly before it and
-    ends with submitit's "timed-out and not checkpointable", or, if it could not act on the
-    signal, Slurm ends it with state TIMEOUT; either way it is named as a time limit."""
+    A job that reaches its time limit (``minutes``) gets submitit's signal (SIGUSR2) shortly
+    before it and ends with submitit's "timed-out and not checkpointable"; if the signal came
+    before submitit could handle it (the job was still loading its cell), srun's log names the
+    signal; if it could not act on it, Slurm ends it with state TIMEOUT. Each is named as a time
+    limit."""
     from submitit.core.utils import FailedJobError
 
     try:
@@ -244,6 +246,9 @@ def _outcome(job: Any, cell: Cell, minutes: int) -> dict | Failure:
         reason = next((line for line in reversed(lines) if line), type(exc).__name__)
     except Exception:  # UncompletedJobError: time limit, node loss, cancelled
         reason = f"ended without a result (Slurm state {job.state})"
+        log = _log(job)
+        if log is not None and "User defined signal 2" in Path(log).read_text(errors="replace"):
+            reason = "state TIMEOUT"  # killed by the time-limit warning before it could handle it
     if "timed-out and not checkpointable" in reason or "state TIMEOUT" in reason:
         reason = f"reached its time limit of {minutes} min (give more with --slurm-time)"
     return Failure(cell.key, f"job {job.job_id}: {reason}", _log(job))
