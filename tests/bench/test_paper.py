@@ -200,6 +200,19 @@ def test_protocols_are_compared_separately_and_share_the_backward_free_runs():
     assert [g.protocol for g in our_runs(records[:2])] == ["dyn-paper"]
 
 
+def test_a_shared_run_joins_a_protocol_only_on_streams_run_under_it():
+    """A protocol-free method (tbn) on two streams; TENT under "published" on one of them: the
+    "published" group holds that stream only, never a copy of the other without any of its own."""
+    published = method_class("tent").Config.PUBLISHED["cifar10"]
+    records = [flat("tbn", 0.25), flat("tbn", 0.5, scenario="random"), flat("tent", 0.5),
+               flat("tent", 0.75, scenario="random", protocol="published", options=published)]
+    groups = {g.protocol: g for g in our_runs(records)}
+    assert sorted(k[:-1] for k in groups["dyn-paper"].runs) == [
+        ("crossmix", 64, 15, None, 1), ("crossmix", 64, 15, None, 1), ("random", 64, 15, None, 1)]
+    assert sorted(groups["published"].runs) == [("random", 64, 15, None, 1, "tbn"),
+                                                ("random", 64, 15, None, 1, "tent")]
+
+
 def test_a_run_is_shown_beside_every_table_that_prints_its_stream():
     text = comparison([flat("dyn", 0.5)], [cell("dyn", 71.54), cell("dyn", 60.0, table="T2")])
     assert "### Table 1: cifar10, crossmix" in text and "### T2: cifar10, crossmix" in text

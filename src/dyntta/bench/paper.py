@@ -210,22 +210,26 @@ def dataset_label(record: dict[str, Any]) -> str:
 
 
 def our_runs(records: list[dict[str, Any]]) -> list[Ours]:
-    """The records that compare with the paper, grouped by dataset and protocol; a group is kept
-    when some record in it ran under that protocol itself."""
-    groups: dict[tuple, Ours] = {}
-    own: set[tuple] = set()
+    """The records that compare with the paper, grouped by dataset and protocol. A record of a
+    method that runs alike under every protocol joins each protocol's group, but only for the
+    streams where some record ran under that protocol itself."""
+    matched = []
     for r in records:
         key = record_match_key(r)
-        if key is None:
-            continue
-        identity = json.dumps([r["config"]["dataset"], r["config"].get("n_samples"),
-                               r.get("model"), r.get("checkpoint_sha256")], sort_keys=True)
+        if key is not None:
+            identity = json.dumps([r["config"]["dataset"], r["config"].get("n_samples"),
+                                   r.get("model"), r.get("checkpoint_sha256")], sort_keys=True)
+            matched.append((r, key, identity))
+    own = {(identity, r["config"].get("protocol", "dyn-paper"), key[1:-1])
+           for r, key, identity in matched}
+    groups: dict[tuple, Ours] = {}
+    for r, key, identity in matched:
         for protocol in protocols_of(r, key[0]):
-            group = groups.setdefault((identity, protocol),
-                                      Ours(dataset_label(r), key[0], protocol, {}))
-            group.runs.setdefault(key[1:], {}).setdefault(r["config"]["seed"], r)
-        own.add((identity, r["config"].get("protocol", "dyn-paper")))
-    return [g for k, g in sorted(groups.items()) if k in own]
+            if (identity, protocol, key[1:-1]) in own:
+                group = groups.setdefault((identity, protocol),
+                                          Ours(dataset_label(r), key[0], protocol, {}))
+                group.runs.setdefault(key[1:], {}).setdefault(r["config"]["seed"], r)
+    return [g for _, g in sorted(groups.items())]
 
 
 def published_blocks(rows: list[dict[str, Any]]) -> dict[tuple, dict[str, dict]]:
