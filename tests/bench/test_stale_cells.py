@@ -12,9 +12,10 @@ from dyntta.bench.report import table
 from dyntta.bench.results import read_results
 from dyntta.bench.runner import bind, run_cell
 from dyntta.bench.sources import Source
+from dyntta.cli import main
 from dyntta.models import save_checkpoint
 from tests.bench.helpers import GRID_TOML, tiny_source
-from tests.bench.test_own_model import folder, run_dyntta  # noqa: F401 (a fixture)
+from tests.bench.test_own_model import folder  # noqa: F401 (a fixture)
 from tests.conftest import tiny_resnet
 
 
@@ -23,34 +24,36 @@ def printed_table(stdout: str) -> str:
     return stdout.split("\n\n", 1)[1].rsplit("\nresults and report in", 1)[0].strip()
 
 
-def test_another_checkpoint_or_a_replaced_data_file_runs_anew(folder):  # noqa: F811
-    bench = ["bench", "--config", "grid.toml", "--no-progress", "--cache-dir", "cache",
-             "--methods", "source", "tbn", "--out", "run"]
+def test_another_checkpoint_or_a_replaced_data_file_runs_anew(folder, capsys):  # noqa: F811
+    def bench(checkpoint: str) -> str:
+        """``dyntta bench`` in this process (the command's code path); what it printed."""
+        assert main(["bench", "--config", "grid.toml", "--no-progress", "--cache-dir", "cache",
+                     "--methods", "source", "tbn", "--out", "run", "--checkpoint", checkpoint]) == 0
+        return capsys.readouterr().out
+
     results = folder / "run" / "results.jsonl"
-    assert run_dyntta(*bench, "--checkpoint", "tiny.pt", cwd=folder).returncode == 0
+    bench("tiny.pt")
     save_checkpoint(tiny_resnet(seed=1), folder / "other.pt", classes=["a", "b", "c"])
-    other = run_dyntta(*bench, "--checkpoint", "other.pt", cwd=folder)
-    assert other.returncode == 0, other.stderr
+    other = bench("other.pt")
     records = read_results(results)
     shas = [r["checkpoint_sha256"] for r in records]
     assert len(records) == 4 and len(set(shas)) == 2  # two records of each cell
     new = [r for r in records if r["checkpoint_sha256"] == shas[-1]]
-    assert printed_table(other.stdout) == table(new)[0].strip()
+    assert printed_table(other) == table(new)[0].strip()
 
     rng = np.random.default_rng(1)  # other images, the same labels, at the same path
     with np.load(folder / "clean.npz") as data:
         labels = data["y"]
     np.savez(folder / "clean.npz", x=rng.integers(0, 256, (24, 32, 32, 3), dtype=np.uint8),
              y=labels)
-    replaced = run_dyntta(*bench, "--checkpoint", "other.pt", cwd=folder)
-    assert replaced.returncode == 0, replaced.stderr
+    replaced = bench("other.pt")
     records = read_results(results)
     assert len(records) == 6 and len({r["config"]["source"]["data_sha256"] for r in records}) == 2
-    assert printed_table(replaced.stdout) == table(records[4:])[0].strip()
+    assert printed_table(replaced) == table(records[4:])[0].strip()
 
-    again = run_dyntta(*bench, "--checkpoint", "other.pt", cwd=folder)  # nothing changed: resumed
+    again = bench("other.pt")  # nothing changed: resumed
     assert len(read_results(results)) == 6
-    assert printed_table(again.stdout) == printed_table(replaced.stdout)
+    assert printed_table(again) == printed_table(replaced)
 
 
 def test_a_cell_planned_for_one_model_refuses_another(tmp_path):

@@ -190,7 +190,8 @@ Resolver = Callable[[DatasetEntry, SourceOptions, bool], Source]
 
 
 def source_for(cell: Cell, resolver: Resolver, options: SourceOptions, progress: bool) -> Source:
-    """The cell's source, resolved once per process (per resolver, dataset and options)."""
+    """The cell's source, resolved once per run and process (per resolver, dataset and
+    options)."""
     key = (resolver, cell.dataset, options)
     if key not in _SOURCES:
         _SOURCES[key] = resolver(cell.dataset, options, progress)
@@ -261,6 +262,7 @@ def run_unfinished(grid: Grid, results: Path, options: SourceOptions, workers: i
                                  cache_root(options))
     drop_torn_tail(results)
     done = finished_keys(read_results(results))
+    _SOURCES.clear()  # a file replaced since an earlier run in this process is read anew
     # opening every source builds its caches (corrupted sets) once, before any worker or job
     cells = [plan(c, source_for(c, resolver, options, progress)) for c in grid.cells()]
     todo = [c for c in cells if c.key not in done]
