@@ -442,14 +442,14 @@ def test_make_c_keeps_the_users_files(tmp_path):
     assert all(path.read_text() == text for path, text in theirs.items())
 
 
-def test_a_tilde_in_out_and_the_cache_is_the_home_folder(tmp_path):
+def test_a_tilde_in_out_and_the_cache_is_the_home_folder(tmp_path, monkeypatch, capsys):
     write_inputs(tmp_path)
     home = tmp_path / "home"
     home.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(SRC), "HOME": str(home), "DYNTTA_CACHE": "~/cache"}
-    proc = subprocess.run([sys.executable, "-m", "dyntta.cli", *BENCH, "--out=~/run"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("DYNTTA_CACHE", "~/cache")
+    monkeypatch.chdir(tmp_path)
+    assert main([*BENCH, "--out=~/run"]) == 0, capsys.readouterr().err
     assert (home / "run" / "results.jsonl").is_file() and (home / "cache").is_dir()
     assert not (tmp_path / "~").exists()
 
