@@ -244,14 +244,21 @@ def _outcome(job: Any, cell: Cell, minutes: int) -> dict | Failure:
         parts = str(exc).split("-" * 22)
         lines = [line.strip() for line in parts[min(1, len(parts) - 1)].splitlines()]
         reason = next((line for line in reversed(lines) if line), type(exc).__name__)
+        timed_out = "timed-out and not checkpointable" in reason
     except Exception:  # UncompletedJobError: time limit, node loss, cancelled
-        reason = f"ended without a result (Slurm state {job.state})"
-        log = _log(job)
-        if log is not None and "User defined signal 2" in Path(log).read_text(errors="replace"):
-            reason = "state TIMEOUT"  # killed by the time-limit warning before it could handle it
-    if "timed-out and not checkpointable" in reason or "state TIMEOUT" in reason:
+        state = job.state
+        reason = f"ended without a result (Slurm state {state})"
+        timed_out = state.startswith("TIMEOUT") or _killed_by_the_warning(job)
+    if timed_out:
         reason = f"reached its time limit of {minutes} min (give more with --slurm-time)"
     return Failure(cell.key, f"job {job.job_id}: {reason}", _log(job))
+
+
+def _killed_by_the_warning(job: Any) -> bool:
+    """Whether srun's log says the time-limit warning (SIGUSR2) killed the job, which had not
+    yet installed submitit's handler (it was still loading its cell)."""
+    log = _log(job)
+    return log is not None and "User defined signal 2" in Path(log).read_text(errors="replace")
 
 
 def _log(job: Any) -> str | None:
