@@ -1,12 +1,10 @@
 """The project's documents speak of the project, not of how it was written: no work sessions,
-no issue numbers, no commit hashes in the README, the results, docs/, src/, benchmarks/ and
-configs/ (RESULTS.md states the revision each table was measured at, in one marked form)."""
+no issue numbers, no commit hashes in the README, the results, docs/, src/, benchmarks/, configs/
+and tests/ (each benchmark record carries its code's git revision instead)."""
 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -25,25 +23,18 @@ HISTORY = {
         r"(?<![\w\-./])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])(?:[0-9a-f]{7,12}|[0-9a-f]{40})(?![\w\-])"),
 }
 
-# RESULTS.md names the revisions a table was measured at as "revision `<hash>`" or
-# "revisions `<hash>`, `<hash>`"
-REVISION = re.compile(r"\brevisions?((?:,?\s+(?:and\s+)?`[0-9a-f]{7,40}`)+)", re.I)
-HASH = re.compile(r"`([0-9a-f]{7,40})`")
-
 SUFFIXES = {".py", ".md", ".toml", ".csv", ".txt", ".yml", ".yaml"}
 
 
 def documents() -> list[Path]:
     files = [REPO / "README.md", REPO / "RESULTS.md", REPO / "mkdocs.yml"]
-    for folder in ("docs", "src", "benchmarks", "configs"):
+    for folder in ("docs", "src", "benchmarks", "configs", "tests"):
         files += sorted(p for p in (REPO / folder).rglob("*") if p.suffix in SUFFIXES)
-    return [f for f in files if f.is_file()]
+    return [f for f in files if f.is_file() and f != Path(__file__).resolve()]
 
 
-def findings(text: str, allow_revisions: bool = False) -> list[str]:
+def findings(text: str) -> list[str]:
     """``kind: excerpt`` for every trace of the work history in ``text``."""
-    if allow_revisions:
-        text = REVISION.sub("revision", text)
     found = []
     for kind, pattern in HISTORY.items():
         for m in pattern.finditer(text):
@@ -55,7 +46,7 @@ def findings(text: str, allow_revisions: bool = False) -> list[str]:
 @pytest.mark.parametrize("path", documents(), ids=lambda p: str(p.relative_to(REPO)))
 def test_documents_carry_no_work_history(path):
     text = path.read_text(encoding="utf-8")
-    assert findings(text, allow_revisions=path.name == "RESULTS.md") == []
+    assert findings(text) == []
 
 
 @pytest.mark.parametrize("text, kind", [
@@ -85,25 +76,3 @@ def test_each_kind_of_trace_is_found(text, kind):
 ])
 def test_legitimate_text_passes(text):
     assert findings(text) == []
-
-
-def test_results_state_revisions_in_their_marked_form_only():
-    text = "Revision `daf190c` (one run); revisions `2cd0a40`, `59a5cde` and `a5d8464`."
-    assert findings(text, allow_revisions=True) == []
-    assert sorted(h for p in REVISION.findall(text) for h in HASH.findall(p)) == \
-        ["2cd0a40", "59a5cde", "a5d8464", "daf190c"]
-    assert findings("the defaults of `2cd0a40`", allow_revisions=True)
-
-
-def test_results_revisions_name_commits_of_this_history():
-    """A revision RESULTS.md states must exist, so its tables can be traced to their code."""
-    results = REPO / "RESULTS.md"
-    if not results.exists() or shutil.which("git") is None or not (REPO / ".git").exists():
-        pytest.skip("RESULTS.md or the git history is not here")
-    revisions = {rev for phrase in REVISION.findall(results.read_text(encoding="utf-8"))
-                 for rev in HASH.findall(phrase)}
-    assert revisions, "RESULTS.md states no revision"
-    for rev in sorted(revisions):
-        ok = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{rev}^{{commit}}"],
-                            capture_output=True).returncode == 0
-        assert ok, f"RESULTS.md names revision {rev}, which is not a commit of this repository"

@@ -1,4 +1,4 @@
-"""compile=True (issue 16): every backward-free method's network is one graph with no break,
+"""compile=True: every backward-free method's network is one graph with no break,
 agrees with eager, and one graph serves the batch sizes of a stream."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The method interface and the backward-free normalisation methods of issue 2."""
+"""The method interface and the backward-free normalisation methods."""
 
 from __future__ import annotations
 

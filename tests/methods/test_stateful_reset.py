@@ -1,4 +1,4 @@
-"""Issue 5's methods carry state (weights, teacher, memory, optimiser, random generators):
+"""The stateful methods carry state (weights, teacher, memory, optimiser, random generators):
 ``reset()`` must bring all of it back to the source state."""
 
 import pytest

@@ -1,5 +1,5 @@
 """``dyn`` stays bit-identical: its outputs on fixed batches equal a frozen copy of the CABN
-computation as it stood before the successor's options were added (commit 452dfa4), written here
+computation as it stood before the successor's options were added, written here
 with torch primitives only."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from tests.norm.test_layers import mixed_batch, source_bn
 
 
 def frozen_lisc_ids(mu: torch.Tensor) -> torch.Tensor:
-    """LISC component ids as at 452dfa4: cosine first neighbours, pointer jumping."""
+    """LISC component ids as they stood then: cosine first neighbours, pointer jumping."""
     if mu.shape[0] == 1:
         return torch.zeros(1, dtype=torch.long)
     unit = mu / torch.linalg.vector_norm(mu, dim=1, keepdim=True).clamp_min(1e-12)
