@@ -77,12 +77,10 @@ def slow_on_seed_1(folder: Path, seconds: float, cell) -> dict:
 
 
 def to_the_time_limit(folder: Path, cell) -> dict:
-    """A Slurm job (bind the first argument with functools.partial): the seed-0 CrossMix cell
-    returns at once; a seed-1 cell sleeps 10 minutes (submitit acts on the time-limit warning);
-    the seed-0 continual cell sleeps with the warning signal at its default action, as a job still
-    loading its cell when the warning comes. A cell stopped early leaves no ``folder/ended``."""
-    if cell.seed == 0 and cell.scenario == "crossmix":
-        return {"key": cell.key}
+    """A Slurm job (bind the first argument with functools.partial) that sleeps 10 minutes: a
+    seed-1 cell as it is (submitit acts on the time-limit warning), a seed-0 cell with the warning
+    signal at its default action, as a job still loading its cell when the warning comes. A cell
+    stopped early leaves no ``folder/ended``."""
     if cell.seed == 0:
         signal.signal(signal.SIGUSR2, signal.SIG_DFL)
     time.sleep(600)

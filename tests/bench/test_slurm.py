@@ -62,26 +62,27 @@ def cluster_data(tmp_path_factory):
 
 
 def test_a_cell_past_its_time_limit_is_reported_as_such(cluster_data, tmp_path, monkeypatch):
-    """A 2-minute limit: submitit's warning signal comes 60 s before the end. The cell that would
-    sleep 10 minutes, and the one the warning kills before submitit handles it, are both reported
-    as timed out; the quick one is recorded."""
+    """A 1-minute limit: submitit asks for the warning signal 30 s before the end (Slurm may send
+    it up to a minute early). The cell that would sleep 10 minutes (submitit handles the signal,
+    or, where it came before submitit's handler, dies of it) and the one the signal kills are both
+    reported as timed out (that the other cells of a run finish: the failed-and-cancelled test)."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(  # jobs import tests.bench.helpers
         filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")])))
     (tmp_path / "grid.toml").write_text(GRID_TOML)
     cells = load_grid(tmp_path / "grid.toml").cells()
-    fast, slow, unready = (next(c for c in cells if (c.seed, c.scenario) == (seed, scenario))
-                           for seed, scenario in ((0, "crossmix"), (1, "crossmix"), (0, "continual")))
-    executor = SlurmExecutor(ExecutorSpec("slurm", slurm_time=2), tmp_path / "jobs",
+    slow, unready = (next(c for c in cells if (c.seed, c.scenario) == (seed, scenario))
+                     for seed, scenario in ((1, "crossmix"), (0, "continual")))
+    executor = SlurmExecutor(ExecutorSpec("slurm", slurm_time=1), tmp_path / "jobs",
                              tmp_path / "cache", poll_s=0.5, log=None)
-    outcomes = dict(executor.map(functools.partial(to_the_time_limit, tmp_path),
-                                 [fast, slow, unready]))
-    assert outcomes[fast] == {"key": fast.key}, outcomes[fast]
-    for cell, log_says in ((slow, "timed-out"), (unready, "User defined signal 2")):
+    outcomes = dict(executor.map(functools.partial(to_the_time_limit, tmp_path), [slow, unready]))
+    for cell, log_says in ((slow, ("timed-out", "User defined signal 2")),
+                           (unready, ("User defined signal 2",))):
         failure = outcomes[cell]
         assert isinstance(failure, Failure) and failure.key == cell.key, failure
-        assert re.fullmatch(r"job \d+_\d: reached its time limit of 2 min \(give more with "
+        assert re.fullmatch(r"job \d+_\d: reached its time limit of 1 min \(give more with "
                             r"--slurm-time\)", failure.message), failure.message
-        assert log_says in Path(failure.log).read_text()
+        log = Path(failure.log).read_text()
+        assert any(text in log for text in log_says), log
     assert not (tmp_path / "ended").exists()
 
 

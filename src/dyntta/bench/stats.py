@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 CONFIDENCE = 0.95
 RESAMPLES = 2000
@@ -96,6 +95,8 @@ def bootstrap_interval(
 def seed_interval(accuracies: Sequence[float], confidence: float = CONFIDENCE
                   ) -> tuple[float, float]:
     """Student's t interval of the mean of per-seed accuracies (needs two or more)."""
+    from scipy import stats as scipy_stats  # imported here: it is a large part of the CLI's start
+
     a = np.asarray(accuracies, dtype=np.float64)
     if a.size < 2:
         raise ValueError(f"an interval over seeds needs >= 2 seeds, got {a.size}")

@@ -24,13 +24,19 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import ndimage
+
+
+def _ndimage():
+    """``scipy.ndimage``, imported on first use: it is a large part of ``import dyntta``."""
+    from scipy import ndimage
+
+    return ndimage
 
 
 def gaussian_blur(x: np.ndarray, sigma: float, mode: str = "nearest", truncate: float = 4.0) -> np.ndarray:
     """Gaussian blur of (N, H, W[, C]) over H and W (skimage's defaults: mode nearest, truncate 4)."""
     sigmas = (0.0, sigma, sigma) + (0.0,) * (x.ndim - 3)
-    return ndimage.gaussian_filter(x, sigmas, mode=mode, truncate=truncate)
+    return _ndimage().gaussian_filter(x, sigmas, mode=mode, truncate=truncate)
 
 
 def _cv2_gaussian_kernel(size: int, sigma: float) -> np.ndarray:
@@ -51,14 +57,14 @@ def disk_kernel(radius: float, alias_blur: float) -> np.ndarray:
     disk = (xx**2 + yy**2 <= radius**2).astype(np.float64)
     disk /= disk.sum()
     g = _cv2_gaussian_kernel(size, alias_blur)
-    disk = ndimage.correlate1d(disk, g, axis=0, mode="mirror")
+    disk = _ndimage().correlate1d(disk, g, axis=0, mode="mirror")
     # float32 like the recipe's kernel: with it the filtered images match OpenCV's to the bit
-    return ndimage.correlate1d(disk, g, axis=1, mode="mirror").astype(np.float32)
+    return _ndimage().correlate1d(disk, g, axis=1, mode="mirror").astype(np.float32)
 
 
 def filter2d(x: np.ndarray, kernel: np.ndarray) -> np.ndarray:
     """``cv2.filter2D`` (correlation, centred anchor, reflect-101 border) of (N, H, W, C) per channel."""
-    return ndimage.correlate(x, kernel[None, :, :, None], mode="mirror")
+    return _ndimage().correlate(x, kernel[None, :, :, None], mode="mirror")
 
 
 def zoom_linear(x: np.ndarray, factor: float) -> np.ndarray:
@@ -230,4 +236,4 @@ def sample_bilinear(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, mode: str
         np.broadcast_to(cols[..., None], shape),
         np.broadcast_to(np.arange(c), shape),
     ]).astype(np.float64)
-    return ndimage.map_coordinates(x, coords, order=1, mode=mode)
+    return _ndimage().map_coordinates(x, coords, order=1, mode=mode)

@@ -32,8 +32,6 @@ import dataclasses
 
 import numpy as np
 import torch
-from scipy.signal import find_peaks
-from scipy.stats import gaussian_kde
 from torch import nn
 from torch.nn import functional as F
 
@@ -95,6 +93,9 @@ def diversity_score(x: torch.Tensor, source_mean: torch.Tensor) -> float:
 
 def is_single_domain(cache: list[float], score: float, ratio: float = 2.0) -> bool:
     """DATTA's decision from the score cache (see the module docstring)."""
+    from scipy.signal import find_peaks  # imported here: scipy.signal takes seconds to import
+    from scipy.stats import gaussian_kde
+
     data = np.asarray(cache)
     if data.min() == data.max():
         return False  # no spread: no two peaks (the code's KDE would fail here)
