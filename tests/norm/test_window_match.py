@@ -57,52 +57,6 @@ def test_keep_follows_the_rule(seed, batch_size, n_batches, pool, quantile):
     assert kept == expected + [True] * (memory - len(expected))
 
 
-def kept_against_the_batch(rows: np.ndarray, n_window: int, batch_size: int, n_pool: int,
-                           quantile: float) -> list[bool]:
-    """``reference="batch"`` read directly: a window row passes when its best cosine to the
-    batch reaches the quantile of the batch members' best cosines to another member (the
-    pool's with one member); the most recent rows that fail fill up to ``n_pool - batch_size``."""
-    unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
-    window, batch = unit[:n_window], unit[n_window:]
-    threshold = nearest_other_quantile(batch if batch_size >= 2 else unit[-n_pool:], quantile)
-    passed = [max(row @ member for member in batch) >= threshold for row in window]
-    room = n_pool - batch_size - sum(passed)
-    for i in reversed(range(n_window)):
-        if not passed[i] and room > 0:
-            passed[i], room = True, room - 1
-    return passed
-
-
-@settings(max_examples=40, deadline=None)
-@given(st.integers(0, 10_000), st.integers(1, 6), st.integers(2, 4), st.integers(0, 12),
-       st.floats(0.0, 1.0))
-def test_keep_against_the_batch_follows_its_rule(seed, batch_size, n_batches, pool, quantile):
-    batches, memory, rows = random_stream(seed, batch_size, n_batches)
-    by_batch = observed(WindowMatch(memory, pool, quantile, "batch"), batches)
-    by_pool = observed(WindowMatch(memory, pool, quantile), batches)
-    n_pool = min(len(rows), max(pool, batch_size))
-    kept = by_batch.keep(memory, batch_size)
-    if n_pool == batch_size:  # nothing to top up: the two references are one rule
-        assert torch.equal(kept, by_pool.keep(memory, batch_size))
-    else:
-        assert kept.tolist() == kept_against_the_batch(rows, memory, batch_size, n_pool, quantile)
-        assert int(kept.sum()) >= n_pool - batch_size  # never fewer rows than the pool's
-
-
-def test_against_the_batch_an_old_sample_of_its_domain_outranks_recent_ones_of_others():
-    # window: copies of the batch's 4 samples (its domain), then 4 of another domain
-    batch, recent = (domain_batch(d, s).mean((2, 3)).numpy() for d, s in ((0, 0), (1, 1)))
-    stream = [batch, recent, batch]
-    by_batch = observed(WindowMatch(8, 8, 0.1, "batch"), stream)
-    by_pool = observed(WindowMatch(8, 8, 0.1), stream)
-    # the pool (batch + 4 most recent) always keeps the other domain; judged by the batch alone
-    # it goes, and the old copies fill the pool's 4 places
-    assert by_pool.keep(8, 4)[4:].all()
-    assert by_batch.keep(8, 4).tolist() == [True] * 4 + [False] * 4
-    with pytest.raises(ValueError, match="reference"):
-        WindowMatch(8, 8, 0.1, "pools")
-
-
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 10_000), st.floats(0.0, 1.0), st.floats(0.0, 1.0))
 def test_a_higher_quantile_keeps_fewer(seed, q1, q2):

@@ -47,7 +47,7 @@ def widened_instance_rule(
         mean, var: (C,) or (B, C) the statistics to shrink towards.
         spread: (B, C) variance of the instance means in each sample's group.
     """
-    rho = spread_ratio(spread.detach(), s2.detach(), length, eps, per_channel=True)
+    rho = spread_ratio(spread.detach(), s2.detach(), length, eps)
     band = torch.clamp(c * rho.sqrt(), min=k)
     return shrink_to_reference(mu, s2, mean, var, length, band, eps)
 

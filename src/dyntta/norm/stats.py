@@ -100,28 +100,24 @@ def neighbourhood_stats(
     return centre, (var[index] + deviation).mean(1), deviation.mean(1)
 
 
-def spread_ratio(
-    spread: torch.Tensor, var: torch.Tensor, length: int, eps: float, per_channel: bool = False
-) -> torch.Tensor:
+def spread_ratio(spread: torch.Tensor, var: torch.Tensor, length: int, eps: float) -> torch.Tensor:
     """How much instance means vary, in units of the squared standard error IABN assumes.
 
-    ``rho = median_c (sum_i spread_ic / sum_i (var_ic + eps) / L)``: per channel, the mean of
-    the samples' ``spread`` (e.g. the variance of instance means inside each sample's cluster)
-    over the mean of their squared standard errors ``(var + eps) / L``, which hold for
-    independent positions; the median over channels makes it one number per layer. Near 1
-    where positions are independent and samples alike; large where neighbouring positions are
-    correlated (the "design effect" of a feature map) or samples differ in content.
+    ``rho_c = sum_i spread_ic / sum_i ((var_ic + eps) / L)``: per channel, the mean of the
+    samples' ``spread`` (e.g. the variance of instance means around each sample's group) over
+    the mean of their squared standard errors ``(var + eps) / L``, which hold for independent
+    positions. Near 1 where positions are independent and samples alike; large where
+    neighbouring positions are correlated (the "design effect" of a feature map) or samples
+    differ in content.
 
     Args:
         spread: (B, C) squared spread of the instance means around each sample's group.
         var: (B, C) instance variances over ``length = H*W`` positions.
-        per_channel: return each channel's ratio, (C,), instead of their median.
 
     Returns:
-        A 0-d tensor (no host round trip), or (C,) with ``per_channel``.
+        (C,): each channel's ratio.
     """
-    ratio = spread.sum(0) / ((var + eps).sum(0) / length)
-    return ratio if per_channel else ratio.median()
+    return spread.sum(0) / ((var + eps).sum(0) / length)
 
 
 def soft_shrink(d: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:

@@ -27,25 +27,13 @@ class WindowMatch:
         quantile: an older sample is kept when its highest similarity to the pool is at least
             this quantile of the pool members' similarities to their nearest other member
             (0: as close as the pool's loneliest member; 0.5: as its median member).
-        reference: ``"pool"``: as above; ``"batch"``: only the batch is always kept, and every
-            remembered sample is judged against the batch alone, by the same quantile of the
-            batch members' similarities to their nearest other member (the pool's where the
-            batch has one sample); where fewer than the pool pass, the most recent of the
-            others top them up to the pool's size. A pool topped up with past batches spans
-            their domains, so judged against it the window keeps every domain of the last few
-            batches; judged against the batch, those of the batch (a stream that interleaves
-            single-domain batches of random domains with mixed ones: Random).
     """
 
-    def __init__(self, memory: int, pool: int, quantile: float,
-                 reference: str = "pool") -> None:
+    def __init__(self, memory: int, pool: int, quantile: float) -> None:
         if memory < 0 or pool < 0:
             raise ValueError(f"memory and pool must be >= 0 (samples), got {memory} and {pool}")
         if not 0.0 <= quantile <= 1.0:
             raise ValueError(f"quantile must be in [0, 1], got {quantile}")
-        if reference not in ("pool", "batch"):
-            raise ValueError(f"reference must be 'pool' or 'batch', got {reference!r}")
-        self.reference = reference
         self.memory = memory
         self.pool = pool
         self.quantile = quantile
@@ -78,12 +66,6 @@ class WindowMatch:
                                "layer must run before the layers that keep")
         rows = self.current[self.current.shape[0] - n_window - batch_size :]
         n_pool = min(n_window + batch_size, max(self.pool, batch_size))
-        if self.reference == "batch" and n_pool > batch_size:
-            batch = rows[-batch_size:]
-            passed = (rows[:n_window] @ batch.T).max(1).values >= self.threshold(
-                batch if batch_size >= 2 else rows[-n_pool:])
-            short = n_pool - batch_size - passed.sum()  # top up with the most recent others
-            return passed | ((~passed).flip(0).cumsum(0).flip(0) <= short)
         older, pool = rows[:-n_pool], rows[-n_pool:]
         kept = torch.ones(n_window, dtype=torch.bool, device=rows.device)
         if older.shape[0] == 0 or n_pool < 2:
