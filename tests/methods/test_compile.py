@@ -13,6 +13,7 @@ from torch import nn
 import dyntta
 from dyntta.norm import ClusterAwareBatchNorm2d, lisc
 from dyntta.norm.lisc import pointer_jumping
+from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d
 from tests.conftest import random_images, randomize_bn, tiny_resnet
 
 BACKWARD_FREE = ["source", "tbn", "alpha_bn", "dyn", "iabn", "unmix_tns", "dyn_adaptive", "datta"]
@@ -227,3 +228,24 @@ def test_dyns_graph_holds_each_layers_clustering_and_mix_as_one_operator():
     assert targets.count("dyntta.cabn_mix.default") == layers
     assert not any(op in t for t in targets
                    for op in ("gather", "argmax", "lisc_ids", "lerp", "matmul"))
+
+
+def test_dyn_adaptives_graph_holds_each_layers_statistics_as_one_operator():
+    """No neighbour search, group statistic, mix or instance rule is traced: each neighbourhood
+    layer calls its operator once, each pooling layer its own."""
+    targets = []
+
+    def backend(graph_module, example_inputs):
+        targets.extend(str(n.target) for n in graph_module.graph.nodes)
+        return graph_module.forward
+
+    options = dict(window=8, shallow_window=16, deep_window=32)
+    adapted = dyntta.adapt(tiny_resnet(), "dyn_adaptive", compile={"backend": backend}, **options)
+    for i in range(12):  # eager while the windows fill, then the graph
+        adapted(random_images(4, seed=i))
+    kinds = [type(m) for m in adapted.model.modules()]
+    assert kinds.count(NeighbourhoodNorm2d) > 0 and kinds.count(PooledNorm2d) > 0
+    assert targets.count("dyntta.neighbourhood_statistics.default") == \
+        kinds.count(NeighbourhoodNorm2d)
+    assert targets.count("dyntta.pooled_statistics.default") == kinds.count(PooledNorm2d)
+    assert not any(op in t for t in targets for op in ("topk", "lerp", "sqrt"))

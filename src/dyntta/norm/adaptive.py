@@ -52,6 +52,102 @@ def widened_instance_rule(
     return shrink_to_reference(mu, s2, mean, var, length, band, eps)
 
 
+def source_mixed(
+    mu: torch.Tensor,
+    s2: torch.Tensor,
+    mean: torch.Tensor,
+    var: torch.Tensor,
+    spread: torch.Tensor,
+    weight: float | torch.Tensor,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    length: int,
+    k: float | None,
+    c: float,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A group's ``mean``/``var`` mixed with the source's at ``weight``, then, unless ``k`` is
+    None or the map is 1x1, through :func:`widened_instance_rule` with ``(k, c)``."""
+    mean, var = mix(running_mean, mean, weight), mix(running_var, var, weight)
+    if k is not None and length > 1:
+        mean, var = widened_instance_rule(mu, s2, mean, var, spread, length, k, c, eps)
+    return mean, var
+
+
+def neighbourhood_statistics(
+    mu: torch.Tensor,
+    s2: torch.Tensor,
+    pool_mu: torch.Tensor,
+    pool_s2: torch.Tensor,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    neighbours: int,
+    prior_strength: float,
+    length: int,
+    k: float | None,
+    c: float,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:class:`NeighbourhoodNorm2d`'s ``(mean, var)``: each sample's ``neighbours`` nearest in
+    the pool, the source weighted ``N / (N + n)``, then the instance rule."""
+    index = nearest_neighbours(pool_mu.detach(), neighbours, mu.shape[0])
+    mean, var, spread = neighbourhood_stats(pool_mu, pool_s2, index)
+    return source_mixed(mu, s2, mean, var, spread, size_weight(index.shape[1], prior_strength),
+                        running_mean, running_var, length, k, c, eps)
+
+
+def pooled_statistics(
+    mu: torch.Tensor,
+    s2: torch.Tensor,
+    pool_mu: torch.Tensor,
+    pool_s2: torch.Tensor,
+    weight: torch.Tensor,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    source_weight: torch.Tensor,
+    length: int,
+    k: float | None,
+    c: float,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:class:`PooledNorm2d`'s ``(mean, var)``: the pool's rows weighted by ``weight`` (P,) as
+    one group, the source weighted ``source_weight``, then the instance rule."""
+    size = weight.sum()
+    mean = weight @ pool_mu / size
+    deviation = (pool_mu - mean).square()
+    var = weight @ (pool_s2 + deviation) / size
+    spread = (weight @ deviation.detach() / size).expand(mu.shape[0], -1)
+    return source_mixed(mu, s2, mean, var, spread, source_weight, running_mean, running_var,
+                        length, k, c, eps)
+
+
+def _fake_neighbourhood_statistics(mu, *_args):
+    return torch.empty_like(mu), torch.empty_like(mu)
+
+
+def _fake_pooled_statistics(mu, s2, pool_mu, pool_s2, weight, running_mean, running_var,
+                            source_weight, length, k, c, eps):
+    shape = mu.shape if k is not None and length > 1 else mu.shape[1:]  # (C,) without the rule
+    return mu.new_empty(shape), mu.new_empty(shape)
+
+
+# One operator each in a ``torch.compile`` graph (no autograd: dyn_adaptive takes no gradient):
+# inductor compiles the instance statistics, the windows and the normalisation around them, not
+# the neighbour search, the group statistics, the mix or the rule of every layer.
+traced_neighbourhood_statistics = torch.library.custom_op(
+    "dyntta::neighbourhood_statistics", mutates_args=())(neighbourhood_statistics)
+traced_neighbourhood_statistics.register_fake(_fake_neighbourhood_statistics)
+traced_pooled_statistics = torch.library.custom_op(
+    "dyntta::pooled_statistics", mutates_args=())(pooled_statistics)
+traced_pooled_statistics.register_fake(_fake_pooled_statistics)
+
+
+def compiled_here(*tensors: torch.Tensor) -> bool:
+    """Whether a graph is being compiled that takes no gradient through ``tensors``."""
+    return torch.compiler.is_compiling() and not (
+        torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+
 class WindowedNorm2d(SourceNorm2d):
     """Base: the batch's instance statistics topped up with those of the last samples seen.
 
@@ -84,10 +180,11 @@ class WindowedNorm2d(SourceNorm2d):
         self.window_mean: torch.Tensor | None = None
         self.window_var: torch.Tensor | None = None
 
-    def group(self, mu: torch.Tensor, pool_mu: torch.Tensor, pool_s2: torch.Tensor):
-        """``(mean, var, spread, source_weight)`` for the batch's (B, C) instance means ``mu``
-        from the pool's (P, C) statistics (the batch last); ``spread`` (B, C) the variance of
-        the instance means in each sample's group."""
+    def mixed(self, mu: torch.Tensor, s2: torch.Tensor, pool_mu: torch.Tensor,
+              pool_s2: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mean, var)`` for the batch's (B, C) instance statistics ``mu``, ``s2`` from the
+        pool's (P, C) statistics (the batch last): the group's, mixed with the source, through
+        the instance rule."""
         raise NotImplementedError
 
     def statistics(self, x):
@@ -97,16 +194,15 @@ class WindowedNorm2d(SourceNorm2d):
         if extra and self.window_mean is not None:
             pool_mu = torch.cat([self.window_mean[-extra:], mu])
             pool_s2 = torch.cat([self.window_var[-extra:], s2])
-        mean, var, spread, a = self.group(mu, pool_mu, pool_s2)
+        mean, var = self.mixed(mu, s2, pool_mu, pool_s2, x.shape[2] * x.shape[3])
         if self.window:
             self.window_mean = pool_mu.detach()[-self.window :]
             self.window_var = pool_s2.detach()[-self.window :]
-        mean, var = mix(self.running_mean, mean, a), mix(self.running_var, var, a)
-        length = x.shape[2] * x.shape[3]
-        if self.instance is not None and length > 1:
-            mean, var = widened_instance_rule(mu, s2, mean, var, spread, length,
-                                              *self.instance, self.eps)
         return mean, var
+
+    def rule(self) -> tuple[float | None, float]:
+        """``(k, c)`` of the instance rule; ``(None, 0.0)`` without it."""
+        return self.instance if self.instance is not None else (None, 0.0)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, window={self.window}, instance={self.instance}"
@@ -136,12 +232,13 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
         self.prior_strength = prior_strength
         self.signature = signature
 
-    def group(self, mu, pool_mu, pool_s2):
+    def mixed(self, mu, s2, pool_mu, pool_s2, length):
         if self.signature is not None:
             self.signature.observe(mu)
-        index = nearest_neighbours(pool_mu.detach(), self.neighbours, mu.shape[0])
-        mean, var, spread = neighbourhood_stats(pool_mu, pool_s2, index)
-        return mean, var, spread, size_weight(index.shape[1], self.prior_strength)
+        statistics = traced_neighbourhood_statistics if compiled_here(mu, pool_mu) \
+            else neighbourhood_statistics
+        return statistics(mu, s2, pool_mu, pool_s2, self.running_mean, self.running_var,
+                          self.neighbours, self.prior_strength, length, *self.rule(), self.eps)
 
 
 class PooledNorm2d(WindowedNorm2d):
@@ -163,16 +260,14 @@ class PooledNorm2d(WindowedNorm2d):
         self.register_buffer("source_weight", torch.tensor(float(source_weight)),
                              persistent=False)
 
-    def group(self, mu, pool_mu, pool_s2):
+    def mixed(self, mu, s2, pool_mu, pool_s2, length):
         b = mu.shape[0]
         weight = pool_mu.new_ones(pool_mu.shape[0])
         if self.keep is not None and pool_mu.shape[0] > b:
             # dropped rows weigh 0: no data-dependent shape to compile
             kept = self.keep.keep(pool_mu.shape[0] - b, b)
             weight = torch.cat([kept, kept.new_ones(b)]).to(pool_mu.dtype)
-        size = weight.sum()
-        mean = weight @ pool_mu / size
-        deviation = (pool_mu - mean).square()
-        var = weight @ (pool_s2 + deviation) / size
-        spread = (weight @ deviation.detach() / size).expand(b, -1)
-        return mean, var, spread, self.source_weight
+        statistics = traced_pooled_statistics if compiled_here(mu, pool_mu) \
+            else pooled_statistics
+        return statistics(mu, s2, pool_mu, pool_s2, weight, self.running_mean, self.running_var,
+                          self.source_weight, length, *self.rule(), self.eps)
