@@ -38,6 +38,13 @@ VARIANTS: dict[str, dict] = {  # dyn_adaptive's options: each constant moved, th
 }
 
 
+def read_labelled(path) -> list[dict]:
+    """The records of ``path``, each with its ``variant``: this script's label, or for a record
+    of ``dyntta bench`` (no variant; the same cells), its method."""
+    return [r if "variant" in r else {**r, "variant": r["config"]["method"]}
+            for r in read_results(path)]
+
+
 def stream_id(config: dict) -> str:
     """The stream and seed of a cell's configuration (``Cell.to_dict()``), without the method
     and without what a run binds to it (model identity, rows), so that a re-run finds it."""
@@ -175,7 +182,8 @@ def main(argv=None) -> None:
     parser.add_argument("--grid", required=True)
     parser.add_argument("--data-dir")
     parser.add_argument("--cache-dir")
-    parser.add_argument("--out", required=True, help="JSON-lines results file")
+    parser.add_argument("--out", required=True, help="JSON-lines results file (this script's, or "
+                        "the results.jsonl of a dyntta bench run of the same grid)")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--set", nargs="*", default=[], dest="overrides")
     parser.add_argument("--table-only", action="store_true",
@@ -192,7 +200,7 @@ def main(argv=None) -> None:
     options = SourceOptions(args.data_dir, args.cache_dir, severities=(grid.severity,))
     cells = variant_cells(grid, args.variants)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    done = {(stream_id(r["config"]), r["variant"]) for r in read_results(args.out)}
+    done = {(stream_id(r["config"]), r["variant"]) for r in read_labelled(args.out)}
     if not args.table_only:
         for label, cell in cells:
             if (stream_id(cell.to_dict()), label) in done:
@@ -203,10 +211,10 @@ def main(argv=None) -> None:
                   f"{100 * record['accuracy']:.1f}%  {record['wall_s']:.1f}s", flush=True)
     labels = list(dict.fromkeys(lab for lab, _ in cells))
     if args.table_only:  # every record of the file for these labels (any stream)
-        records = [r for r in read_results(args.out) if r["variant"] in labels]
+        records = [r for r in read_labelled(args.out) if r["variant"] in labels]
     else:
         wanted = {(stream_id(c.to_dict()), lab) for lab, c in cells}
-        records = [r for r in read_results(args.out)
+        records = [r for r in read_labelled(args.out)
                    if (stream_id(r["config"]), r["variant"]) in wanted]
     if args.matrix:
         print(matrix(records, labels, args.reference))

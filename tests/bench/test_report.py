@@ -140,6 +140,22 @@ def test_runs_that_differ_beyond_method_and_columns_are_separate_rows_never_seed
     assert set(rows(table(compiled)[0])) >= {"tbn [compile=false]", "tbn [compile=true]"}
 
 
+def test_two_models_on_one_dataset_are_rows_named_by_their_models():
+    """Sources told apart by their model names show those names; where two share a name (the
+    same checkpoint name, other data), the whole source."""
+    def on(model, acc, data="d1"):
+        r = record("tbn", "crossmix", acc)
+        r["config"]["source"] = {"model": model, "data_sha256": data}
+        r["key"] += model + data
+        return r
+
+    assert set(rows(table([on("r20.th", 0.5), on("r8.pt", 0.6)])[0])) >= \
+        {"tbn [source=r20.th]", "tbn [source=r8.pt]"}
+    assert set(rows(table([on("r20.th", 0.5), on("r20.th", 0.6, "d2")])[0])) >= {
+        'tbn [source={"data_sha256": "d1", "model": "r20.th"}]',
+        'tbn [source={"data_sha256": "d2", "model": "r20.th"}]'}
+
+
 def test_two_records_of_one_seed_that_nothing_tells_apart_are_an_error():
     twin = record("dyn", "crossmix", 0.2)
     twin["key"] = "another key"

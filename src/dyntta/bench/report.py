@@ -146,20 +146,34 @@ def row_fields(records: list[dict[str, Any]], columns: list[str]) -> list[str]:
             if len({json.dumps(r["config"].get(f), sort_keys=True) for r in records}) > 1]
 
 
-def row_label(config: dict[str, Any], fields: list[str]) -> str:
-    """The method's label, followed by the values of ``fields`` (see :func:`row_fields`)."""
-    extra = ", ".join(f"{f}={json.dumps(config.get(f), sort_keys=True)}" for f in fields)
+def row_label(config: dict[str, Any], fields: list[str], short: dict[str, str] | None = None
+              ) -> str:
+    """The method's label, followed by the values of ``fields`` (see :func:`row_fields`);
+    ``short`` names a value's JSON by something shorter (:func:`short_sources`)."""
+    short = short or {}
+    extra = ", ".join(f"{f}={short.get(text, text)}" for f in fields
+                      for text in [json.dumps(config.get(f), sort_keys=True)])
     return method_label(config) + (f" [{extra}]" if extra else "")
+
+
+def short_sources(records: list[dict[str, Any]]) -> dict[str, str]:
+    """Each model and data (``source``) by its model's name, where those names tell every
+    source of the records apart (else none: the rows show them whole)."""
+    names = {json.dumps(r["config"].get("source"), sort_keys=True):
+             (r["config"].get("source") or {}).get("model")
+             or (r["config"].get("source") or {}).get("model_factory") for r in records}
+    values = list(names.values())
+    return names if None not in values and len(set(values)) == len(values) else {}
 
 
 def aggregate(records: list[dict[str, Any]], columns: list[str]) -> dict:
     """``{(row_label, column_tuple): [record per seed, by seed]}``; a ``ValueError`` if two
     records of one cell share a seed (nothing in their configurations tells them apart)."""
-    fields = row_fields(records, columns)
+    fields, short = row_fields(records, columns), short_sources(records)
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
         c = r["config"]
-        cells[(row_label(c, fields), tuple(column_value(c, f) for f in columns))].append(r)
+        cells[(row_label(c, fields, short), tuple(column_value(c, f) for f in columns))].append(r)
     for (label, key), runs in cells.items():
         runs.sort(key=lambda r: r["config"].get("seed", 0))
         seeds = [r["config"].get("seed", 0) for r in runs]
@@ -331,9 +345,9 @@ def plot_per_domain(records: list[dict[str, Any]], path: Path, title: str) -> No
             if all(column_value(r["config"], f) == column_value(first, f) for f in COLUMN_KEYS)]
     fig, ax = plt.subplots(figsize=(10, 4))
     per_method: dict[str, list[dict]] = defaultdict(list)
-    fields = row_fields(same, [])
+    fields, short = row_fields(same, []), short_sources(same)
     for r in same:
-        per_method[row_label(r["config"], fields)].append(r.get("per_domain", {}))
+        per_method[row_label(r["config"], fields, short)].append(r.get("per_domain", {}))
     domains = list(dict.fromkeys(d for r in same for d in r.get("per_domain", {})))
     for m, runs in sorted(per_method.items()):
         ax.plot(domains, [100 * np.mean([run[d] for run in runs if d in run] or [np.nan])
