@@ -121,25 +121,66 @@ def pooled_statistics(
                         length, k, c, eps)
 
 
-def _fake_neighbourhood_statistics(mu, *_args):
-    return torch.empty_like(mu), torch.empty_like(mu)
+def pool_of(mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None,
+            window_var: torch.Tensor | None, n_window: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch's (B, C) instance statistics after the last ``n_window`` remembered ones."""
+    if not n_window:
+        return mu, s2
+    return torch.cat([window_mean[-n_window:], mu]), torch.cat([window_var[-n_window:], s2])
 
 
-def _fake_pooled_statistics(mu, s2, pool_mu, pool_s2, weight, running_mean, running_var,
-                            source_weight, length, k, c, eps):
-    shape = mu.shape if k is not None and length > 1 else mu.shape[1:]  # (C,) without the rule
-    return mu.new_empty(shape), mu.new_empty(shape)
+def _neighbourhood_operator(
+    mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None,
+    window_var: torch.Tensor | None, n_window: int, window: int, running_mean: torch.Tensor,
+    running_var: torch.Tensor, neighbours: int, prior_strength: float, length: int,
+    k: float | None, c: float, eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    pool_mu, pool_s2 = pool_of(mu, s2, window_mean, window_var, n_window)
+    mean, var = neighbourhood_statistics(mu, s2, pool_mu, pool_s2, running_mean, running_var,
+                                         neighbours, prior_strength, length, k, c, eps)
+    return mean, var, pool_mu[-window:].clone(), pool_s2[-window:].clone()
+
+
+def _pooled_operator(
+    mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None,
+    window_var: torch.Tensor | None, n_window: int, window: int, weight: torch.Tensor,
+    running_mean: torch.Tensor, running_var: torch.Tensor, source_weight: torch.Tensor,
+    length: int, k: float | None, c: float, eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    pool_mu, pool_s2 = pool_of(mu, s2, window_mean, window_var, n_window)
+    mean, var = pooled_statistics(mu, s2, pool_mu, pool_s2, weight, running_mean, running_var,
+                                  source_weight, length, k, c, eps)
+    return mean, var, pool_mu[-window:].clone(), pool_s2[-window:].clone()
+
+
+def _fake_outputs(mu, n_window, window, per_sample):
+    rows = n_window + mu.shape[0]
+    rows = min(window, rows) if window else rows
+    shape = mu.shape if per_sample else mu.shape[1:]
+    return (mu.new_empty(shape), mu.new_empty(shape), mu.new_empty(rows, mu.shape[1]),
+            mu.new_empty(rows, mu.shape[1]))
 
 
 # One operator each in a ``torch.compile`` graph (no autograd: dyn_adaptive takes no gradient):
-# inductor compiles the instance statistics, the windows and the normalisation around them, not
-# the neighbour search, the group statistics, the mix or the rule of every layer.
-traced_neighbourhood_statistics = torch.library.custom_op(
-    "dyntta::neighbourhood_statistics", mutates_args=())(neighbourhood_statistics)
-traced_neighbourhood_statistics.register_fake(_fake_neighbourhood_statistics)
-traced_pooled_statistics = torch.library.custom_op(
-    "dyntta::pooled_statistics", mutates_args=())(pooled_statistics)
-traced_pooled_statistics.register_fake(_fake_pooled_statistics)
+# inductor compiles the instance statistics and the normalisation around them, not the window,
+# the neighbour search, the group statistics, the mix or the rule of every layer. Each returns
+# the layer's statistics and its next window (the pool's last ``window`` rows; all of them for
+# a layer without one).
+traced_neighbourhood = torch.library.custom_op(
+    "dyntta::neighbourhood_statistics", mutates_args=())(_neighbourhood_operator)
+traced_pooled = torch.library.custom_op(
+    "dyntta::pooled_statistics", mutates_args=())(_pooled_operator)
+
+
+@traced_neighbourhood.register_fake
+def _(mu, s2, window_mean, window_var, n_window, window, *_args):
+    return _fake_outputs(mu, n_window, window, per_sample=True)
+
+
+@traced_pooled.register_fake
+def _(mu, s2, window_mean, window_var, n_window, window, weight, running_mean, running_var,
+      source_weight, length, k, c, eps):
+    return _fake_outputs(mu, n_window, window, per_sample=k is not None and length > 1)
 
 
 def compiled_here(*tensors: torch.Tensor) -> bool:
@@ -154,7 +195,7 @@ class WindowedNorm2d(SourceNorm2d):
     A batch of B samples is joined by the ``max(0, window - B)`` most recent remembered ones
     (instance means and variances, no feature maps), so every statistic comes from at least
     ``window`` samples and a batch of ``window`` or more is unchanged by it. Subclasses group the
-    pool (:meth:`group`); the group's statistics are mixed with the source's at the weight the
+    pool (:meth:`mixed`, and :meth:`traced`, the same as one operator in a compiled graph); the group's statistics are mixed with the source's at the weight the
     subclass gives, then, with ``instance=(k, c)``, pass :func:`widened_instance_rule`.
     Normalises in the fused kernel (:func:`~dyntta.norm.normalize`).
 
@@ -187,17 +228,23 @@ class WindowedNorm2d(SourceNorm2d):
         the instance rule."""
         raise NotImplementedError
 
+    def traced(self, mu: torch.Tensor, s2: torch.Tensor, n_window: int, length: int):
+        """:meth:`mixed` and the next window as the layer's operator (compiled graphs)."""
+        raise NotImplementedError
+
     def statistics(self, x):
         mu, s2 = instance_stats(x)
-        pool_mu, pool_s2 = mu, s2
-        extra = max(0, self.window - x.shape[0])
-        if extra and self.window_mean is not None:
-            pool_mu = torch.cat([self.window_mean[-extra:], mu])
-            pool_s2 = torch.cat([self.window_var[-extra:], s2])
-        mean, var = self.mixed(mu, s2, pool_mu, pool_s2, x.shape[2] * x.shape[3])
+        length = x.shape[2] * x.shape[3]
+        remembered = 0 if self.window_mean is None else self.window_mean.shape[0]
+        n_window = min(max(0, self.window - x.shape[0]), remembered)
+        if compiled_here(mu):
+            mean, var, window_mean, window_var = self.traced(mu, s2, n_window, length)
+        else:
+            pool_mu, pool_s2 = pool_of(mu, s2, self.window_mean, self.window_var, n_window)
+            mean, var = self.mixed(mu, s2, pool_mu, pool_s2, length)
+            window_mean, window_var = pool_mu.detach()[-self.window :], pool_s2.detach()[-self.window :]
         if self.window:
-            self.window_mean = pool_mu.detach()[-self.window :]
-            self.window_var = pool_s2.detach()[-self.window :]
+            self.window_mean, self.window_var = window_mean, window_var
         return mean, var
 
     def rule(self) -> tuple[float | None, float]:
@@ -235,10 +282,17 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
     def mixed(self, mu, s2, pool_mu, pool_s2, length):
         if self.signature is not None:
             self.signature.observe(mu)
-        statistics = traced_neighbourhood_statistics if compiled_here(mu, pool_mu) \
-            else neighbourhood_statistics
-        return statistics(mu, s2, pool_mu, pool_s2, self.running_mean, self.running_var,
-                          self.neighbours, self.prior_strength, length, *self.rule(), self.eps)
+        return neighbourhood_statistics(mu, s2, pool_mu, pool_s2, self.running_mean,
+                                        self.running_var, self.neighbours, self.prior_strength,
+                                        length, *self.rule(), self.eps)
+
+    def traced(self, mu, s2, n_window, length):
+        if self.signature is not None:
+            self.signature.observe(mu)
+        return traced_neighbourhood(mu, s2, self.window_mean, self.window_var, n_window,
+                                    self.window, self.running_mean, self.running_var,
+                                    self.neighbours, self.prior_strength, length, *self.rule(),
+                                    self.eps)
 
 
 class PooledNorm2d(WindowedNorm2d):
@@ -260,14 +314,22 @@ class PooledNorm2d(WindowedNorm2d):
         self.register_buffer("source_weight", torch.tensor(float(source_weight)),
                              persistent=False)
 
+    def kept(self, n_window: int, b: int, like: torch.Tensor) -> torch.Tensor:
+        """(n_window + b,) weights of the pool's rows: 1 for the batch and the remembered rows
+        the filter keeps, 0 for the others (no data-dependent shape to compile)."""
+        if self.keep is None or not n_window:
+            return like.new_ones(n_window + b)
+        kept = self.keep.keep(n_window, b)
+        return torch.cat([kept, kept.new_ones(b)]).to(like.dtype)
+
     def mixed(self, mu, s2, pool_mu, pool_s2, length):
-        b = mu.shape[0]
-        weight = pool_mu.new_ones(pool_mu.shape[0])
-        if self.keep is not None and pool_mu.shape[0] > b:
-            # dropped rows weigh 0: no data-dependent shape to compile
-            kept = self.keep.keep(pool_mu.shape[0] - b, b)
-            weight = torch.cat([kept, kept.new_ones(b)]).to(pool_mu.dtype)
-        statistics = traced_pooled_statistics if compiled_here(mu, pool_mu) \
-            else pooled_statistics
-        return statistics(mu, s2, pool_mu, pool_s2, weight, self.running_mean, self.running_var,
-                          self.source_weight, length, *self.rule(), self.eps)
+        weight = self.kept(pool_mu.shape[0] - mu.shape[0], mu.shape[0], pool_mu)
+        return pooled_statistics(mu, s2, pool_mu, pool_s2, weight, self.running_mean,
+                                 self.running_var, self.source_weight, length, *self.rule(),
+                                 self.eps)
+
+    def traced(self, mu, s2, n_window, length):
+        return traced_pooled(mu, s2, self.window_mean, self.window_var, n_window, self.window,
+                             self.kept(n_window, mu.shape[0], mu), self.running_mean,
+                             self.running_var, self.source_weight, length, *self.rule(),
+                             self.eps)
