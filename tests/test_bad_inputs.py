@@ -30,13 +30,13 @@ ROOT = os.geteuid() == 0  # root ignores file permissions: chmod cannot make a f
 BENCH = ["bench", "--config", "grid.toml", "--no-progress", "--methods", "source"]
 
 
-def dyntta_here(args: list[str], cwd: Path) -> tuple[int, str]:
+def dyntta_here(args: list[str], cwd: Path, out: io.StringIO | None = None) -> tuple[int, str]:
     """``dyntta ARGS`` run through ``main`` in this process, in ``cwd`` with the cache that
-    :func:`dyntta` gives: (exit status, stderr)."""
+    :func:`dyntta` gives: (exit status, stderr); stdout goes to ``out`` if given."""
     err = io.StringIO()
     env = {"DYNTTA_CACHE": str(cwd / "default-cache")}
     with contextlib.chdir(cwd), pytest.MonkeyPatch.context() as patch, \
-            contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            contextlib.redirect_stderr(err), contextlib.redirect_stdout(out or io.StringIO()):
         for name, value in env.items():
             patch.setenv(name, value)
         try:
@@ -386,17 +386,16 @@ def test_a_torn_line_in_the_middle_of_results_is_skipped_with_a_warning(outcomes
     whole = (d / "run" / "results.jsonl").read_text()
     (d / "torn").mkdir()
     (d / "torn" / "results.jsonl").write_text('{"key": "cut sh\n' + whole)
-    report = dyntta("report", "torn/results.jsonl", cwd=d)
-    out, err = report.communicate(timeout=300)
-    assert report.returncode == 0 and "Traceback" not in err, err
+    out = io.StringIO()
+    code, err = dyntta_here(["report", "torn/results.jsonl"], d, out)
+    assert code == 0 and "Traceback" not in err, err
     assert err.startswith("dyntta report: warning: torn/results.jsonl: line 1 is not a whole "
                           "JSON record; skipped"), err
-    assert "| source |" in out
+    assert "| source |" in out.getvalue()
     assert len(err.strip().splitlines()) == 1, err
     (d / "torn" / "results.jsonl").write_text('{"key": "cut sh\n')
-    bench = dyntta(*BENCH, "--out", "torn", "--cache-dir", "cache", cwd=d)
-    _, err = bench.communicate(timeout=300)
-    assert bench.returncode == 0 and "Traceback" not in err, err
+    code, err = dyntta_here([*BENCH, "--out", "torn", "--cache-dir", "cache"], d)
+    assert code == 0 and "Traceback" not in err, err
     rerun = json.loads((d / "torn" / "results.jsonl").read_text().splitlines()[-1])
     first = json.loads(whole)
     assert (rerun["key"], rerun["batch_correct"]) == (first["key"], first["batch_correct"])
