@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from dyntta.norm.class_balance import ClassBalance
-from dyntta.norm.layers import SourceNorm2d, mix
+from dyntta.norm.layers import SourceNorm2d, compiled_here, mix
 from dyntta.norm.mixing import size_weight
 from dyntta.norm.neighbours import nearest_neighbours
 from dyntta.norm.stats import instance_stats, neighbourhood_stats, shrink_to_reference, spread_ratio
@@ -129,6 +129,13 @@ def pool_of(mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None
     return torch.cat([window_mean[-n_window:], mu]), torch.cat([window_var[-n_window:], s2])
 
 
+def next_window(pool_mu: torch.Tensor, pool_s2: torch.Tensor, window: int
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pool's last ``window`` rows (all of them for ``window`` 0), copied: an operator's
+    output may not be a view of its input."""
+    return pool_mu.detach()[-window:].clone(), pool_s2.detach()[-window:].clone()
+
+
 def _neighbourhood_operator(
     mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None,
     window_var: torch.Tensor | None, n_window: int, window: int, running_mean: torch.Tensor,
@@ -138,7 +145,7 @@ def _neighbourhood_operator(
     pool_mu, pool_s2 = pool_of(mu, s2, window_mean, window_var, n_window)
     mean, var = neighbourhood_statistics(mu, s2, pool_mu, pool_s2, running_mean, running_var,
                                          neighbours, prior_strength, length, k, c, eps)
-    return mean, var, pool_mu[-window:].clone(), pool_s2[-window:].clone()
+    return mean, var, *next_window(pool_mu, pool_s2, window)
 
 
 def _pooled_operator(
@@ -150,7 +157,7 @@ def _pooled_operator(
     pool_mu, pool_s2 = pool_of(mu, s2, window_mean, window_var, n_window)
     mean, var = pooled_statistics(mu, s2, pool_mu, pool_s2, weight, running_mean, running_var,
                                   source_weight, length, k, c, eps)
-    return mean, var, pool_mu[-window:].clone(), pool_s2[-window:].clone()
+    return mean, var, *next_window(pool_mu, pool_s2, window)
 
 
 def _fake_outputs(mu, n_window, window, per_sample):
@@ -183,20 +190,15 @@ def _(mu, s2, window_mean, window_var, n_window, window, weight, running_mean, r
     return _fake_outputs(mu, n_window, window, per_sample=k is not None and length > 1)
 
 
-def compiled_here(*tensors: torch.Tensor) -> bool:
-    """Whether a graph is being compiled that takes no gradient through ``tensors``."""
-    return torch.compiler.is_compiling() and not (
-        torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
-
-
 class WindowedNorm2d(SourceNorm2d):
     """Base: the batch's instance statistics topped up with those of the last samples seen.
 
     A batch of B samples is joined by the ``max(0, window - B)`` most recent remembered ones
     (instance means and variances, no feature maps), so every statistic comes from at least
     ``window`` samples and a batch of ``window`` or more is unchanged by it. Subclasses group the
-    pool (:meth:`mixed`, and :meth:`traced`, the same as one operator in a compiled graph); the group's statistics are mixed with the source's at the weight the
-    subclass gives, then, with ``instance=(k, c)``, pass :func:`widened_instance_rule`.
+    pool (their operator, :meth:`arguments`); the group's statistics are mixed with the source's
+    at the weight the subclass gives, then, with ``instance=(k, c)``, pass
+    :func:`widened_instance_rule`.
     Normalises in the fused kernel (:func:`~dyntta.norm.normalize`).
 
     Args:
@@ -221,28 +223,19 @@ class WindowedNorm2d(SourceNorm2d):
         self.window_mean: torch.Tensor | None = None
         self.window_var: torch.Tensor | None = None
 
-    def mixed(self, mu: torch.Tensor, s2: torch.Tensor, pool_mu: torch.Tensor,
-              pool_s2: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(mean, var)`` for the batch's (B, C) instance statistics ``mu``, ``s2`` from the
-        pool's (P, C) statistics (the batch last): the group's, mixed with the source, through
-        the instance rule."""
-        raise NotImplementedError
-
-    def traced(self, mu: torch.Tensor, s2: torch.Tensor, n_window: int, length: int):
-        """:meth:`mixed` and the next window as the layer's operator (compiled graphs)."""
+    def arguments(self, mu: torch.Tensor, n_window: int, length: int) -> tuple:
+        """The subclass operator's arguments after ``(mu, s2, window_mean, window_var,
+        n_window, window)``."""
         raise NotImplementedError
 
     def statistics(self, x):
         mu, s2 = instance_stats(x)
-        length = x.shape[2] * x.shape[3]
         remembered = 0 if self.window_mean is None else self.window_mean.shape[0]
         n_window = min(max(0, self.window - x.shape[0]), remembered)
-        if compiled_here(mu):
-            mean, var, window_mean, window_var = self.traced(mu, s2, n_window, length)
-        else:
-            pool_mu, pool_s2 = pool_of(mu, s2, self.window_mean, self.window_var, n_window)
-            mean, var = self.mixed(mu, s2, pool_mu, pool_s2, length)
-            window_mean, window_var = pool_mu.detach()[-self.window :], pool_s2.detach()[-self.window :]
+        operator = self.traced_operator if compiled_here(mu) else self.operator
+        mean, var, window_mean, window_var = operator(
+            mu, s2, self.window_mean, self.window_var, n_window, self.window,
+            *self.arguments(mu, n_window, x.shape[2] * x.shape[3]))
         if self.window:
             self.window_mean, self.window_var = window_mean, window_var
         return mean, var
@@ -279,20 +272,14 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
         self.prior_strength = prior_strength
         self.signature = signature
 
-    def mixed(self, mu, s2, pool_mu, pool_s2, length):
-        if self.signature is not None:
-            self.signature.observe(mu)
-        return neighbourhood_statistics(mu, s2, pool_mu, pool_s2, self.running_mean,
-                                        self.running_var, self.neighbours, self.prior_strength,
-                                        length, *self.rule(), self.eps)
+    operator = staticmethod(_neighbourhood_operator)
+    traced_operator = traced_neighbourhood
 
-    def traced(self, mu, s2, n_window, length):
+    def arguments(self, mu, n_window, length):
         if self.signature is not None:
             self.signature.observe(mu)
-        return traced_neighbourhood(mu, s2, self.window_mean, self.window_var, n_window,
-                                    self.window, self.running_mean, self.running_var,
-                                    self.neighbours, self.prior_strength, length, *self.rule(),
-                                    self.eps)
+        return (self.running_mean, self.running_var, self.neighbours, self.prior_strength,
+                length, *self.rule(), self.eps)
 
 
 class PooledNorm2d(WindowedNorm2d):
@@ -322,14 +309,9 @@ class PooledNorm2d(WindowedNorm2d):
         kept = self.keep.keep(n_window, b)
         return torch.cat([kept, kept.new_ones(b)]).to(like.dtype)
 
-    def mixed(self, mu, s2, pool_mu, pool_s2, length):
-        weight = self.kept(pool_mu.shape[0] - mu.shape[0], mu.shape[0], pool_mu)
-        return pooled_statistics(mu, s2, pool_mu, pool_s2, weight, self.running_mean,
-                                 self.running_var, self.source_weight, length, *self.rule(),
-                                 self.eps)
+    operator = staticmethod(_pooled_operator)
+    traced_operator = traced_pooled
 
-    def traced(self, mu, s2, n_window, length):
-        return traced_pooled(mu, s2, self.window_mean, self.window_var, n_window, self.window,
-                             self.kept(n_window, mu.shape[0], mu), self.running_mean,
-                             self.running_var, self.source_weight, length, *self.rule(),
-                             self.eps)
+    def arguments(self, mu, n_window, length):
+        return (self.kept(n_window, mu.shape[0], mu), self.running_mean, self.running_var,
+                self.source_weight, length, *self.rule(), self.eps)

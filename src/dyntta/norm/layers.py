@@ -75,6 +75,13 @@ def mix(
     return torch.lerp(target, source, alpha)
 
 
+def compiled_here(*tensors: torch.Tensor) -> bool:
+    """Whether a graph is being compiled that takes no gradient through ``tensors`` (then a
+    layer may call its registered operator, which has no autograd)."""
+    return torch.compiler.is_compiling() and not (
+        torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+
 class SourceNorm2d(nn.Module):
     """Base class: a BN layer's source parameters plus a rule for the test statistics.
 
@@ -235,8 +242,7 @@ class ClusterAwareBatchNorm2d(SourceNorm2d):
     def statistics(self, x):
         mu, s2 = instance_stats(x, unbiased=self.unbiased)
         mix_std = self.mix_rule == "std"
-        if self.clustering is None and torch.compiler.is_compiling() and not (
-                torch.is_grad_enabled() and x.requires_grad):
+        if self.clustering is None and compiled_here(x):
             mean, var, self.last_labels = traced_cabn_mix(
                 mu, s2, self.running_mean, self.running_var, self.alpha, mix_std)
         else:
