@@ -1,22 +1,27 @@
 """How much a perfect partition would give: DYN's cluster-aware layer with the stream's true
-domains as its clusters (an oracle no test-time method has), against ``dyn`` and ``dyn_adaptive``
-on the same streams, with paired 95% intervals.
+domains as its clusters (an oracle no test-time method has), against ``dyn``, ``dyn_adaptive``
+and ``tbn`` on the same streams, with paired 95% intervals.
 
 Labels:
 
-- ``dyn``, ``dyn_adaptive``: the registered methods;
+- ``dyn``, ``dyn_adaptive``, ``tbn``: the registered methods;
 - ``dyn+domains``: DYN's layer (source weight 0.8, every layer) clustering by true domain;
+  ``dyn+domains@A``: the same at source weight A (``--alphas``), which measures the source
+  weight a model wants once its test statistics are exact;
 - ``deep+domains``: ``dyn_adaptive`` with a perfect :class:`~dyntta.norm.WindowMatch`: its
   pooling layers keep the remembered samples whose true domain is one of the batch's.
 
     PYTHONPATH=src python benchmarks/oracle_partition.py --data-dir ../shared/data --cache-dir CACHE \
         --dataset npz --scenarios crossmix continual --batch-sizes 64 16 --seeds 0 1 2
+    PYTHONPATH=src python benchmarks/oracle_partition.py --data-dir ../shared/data \
+        --checkpoint resnet8-mlperf-cifar10.pt --labels tbn dyn+domains --alphas 0 0.33 0.67 0.8
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 
 import torch
 
@@ -66,9 +71,9 @@ class TrueDomainMatch(WindowMatch):
         return torch.isin(self.domains[seen - n_window : seen], self.domains[seen:])
 
 
-def oracle_model(model, domains: TrueDomains):
+def oracle_model(model, domains: TrueDomains, alpha: float = 0.8):
     model = copy.deepcopy(model)
-    replace_batchnorm(model, lambda bn: ClusterAwareBatchNorm2d(bn, clustering=domains))
+    replace_batchnorm(model, lambda bn: ClusterAwareBatchNorm2d(bn, alpha, clustering=domains))
     return model.eval().requires_grad_(False)
 
 
@@ -80,16 +85,29 @@ def deep_oracle_model(model, domains: TrueDomainMatch):
     return adapter
 
 
-# each oracle beside the method it improves on: the tables' difference columns
-COMPARISONS = [("dyn+domains", "dyn"), ("deep+domains", "dyn_adaptive")]
-LABELS = ["dyn", "dyn_adaptive", "dyn+domains", "deep+domains"]
+LABELS = ["dyn", "dyn_adaptive", "tbn", "dyn+domains", "deep+domains"]
+
+
+def comparisons(labels: list[str]) -> list[tuple[str, str]]:
+    """Each oracle beside the method it improves on (the tables' difference columns): the
+    domain oracles beside DYN, or beside TBN without DYN; ``deep+domains`` beside
+    ``dyn_adaptive``."""
+    pairs = []
+    for label in labels:
+        if label.startswith("dyn+domains"):
+            reference = "dyn" if "dyn" in labels else "tbn"
+            pairs.append((label, reference))
+        elif label == "deep+domains":
+            pairs.append((label, "dyn_adaptive"))
+    return [(a, b) for a, b in pairs if b in labels]
 
 
 def build(label: str, model):
     """The model of ``label`` and the oracle it must be shown each batch's domains (or None)."""
-    if label == "dyn+domains":
+    if label.startswith("dyn+domains"):
         domains = TrueDomains()
-        return oracle_model(model, domains), domains
+        _, _, alpha = label.partition("@")
+        return oracle_model(model, domains, float(alpha or 0.8)), domains
     if label == "deep+domains":
         domains = TrueDomainMatch(DYNAdaptiveConfig.deep_window)
         return deep_oracle_model(model, domains), domains
@@ -118,12 +136,28 @@ def main(argv=None) -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--n-samples", type=int, default=100, help="rows per domain")
     parser.add_argument("--labels", nargs="+", choices=LABELS, default=LABELS)
+    parser.add_argument("--alphas", nargs="+", type=float,
+                        help="source weights of dyn+domains (one column each; default 0.8)")
+    parser.add_argument("--checkpoint", help="the source model's checkpoint, in place of the "
+                        "dataset's (for npz: resnet20-cifar10.th)")
+    parser.add_argument("--model", help="the model's factory, package.module:function "
+                        "(as dyntta bench --model)")
+    parser.add_argument("--path", help="the dataset's file, in place of the dataset's (for npz: "
+                        "cifar10-test-jpeg.npz)")
     args = parser.parse_args(argv)
-    source = resolve_source(DATASETS[args.dataset],
-                            SourceOptions(args.data_dir, args.cache_dir, severities=(5,)), False)
+    entry = DATASETS[args.dataset]
+    for field in ("checkpoint", "model", "path"):
+        if getattr(args, field):
+            entry = dataclasses.replace(entry, **{field: getattr(args, field)})
+    source = resolve_source(entry, SourceOptions(args.data_dir, args.cache_dir, severities=(5,)),
+                            False)
     labels = [label for label in LABELS if label in args.labels]
-    pairs = [(a, b) for a, b in COMPARISONS if a in labels and b in labels]
-    print("| dataset | scenario | B | seeds | " + " | ".join(labels)
+    if args.alphas and "dyn+domains" in labels:
+        at = labels.index("dyn+domains")
+        labels[at : at + 1] = [f"dyn+domains@{alpha:g}" for alpha in args.alphas]
+    pairs = comparisons(labels)
+    name = args.model or args.checkpoint or args.dataset
+    print("| model | scenario | B | seeds | " + " | ".join(labels)
           + "".join(f" | {a} - {b}" for a, b in pairs)
           + " |\n|" + "---|" * (len(labels) + len(pairs) + 4))
     for scenario in args.scenarios:
@@ -143,7 +177,7 @@ def main(argv=None) -> None:
             for a, ref in pairs:
                 low, high = difference_interval(runs[a], runs[ref])
                 cells.append(f"{acc[a] - acc[ref]:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]")
-            print(f"| {args.dataset} | {scenario} | {b} | {len(args.seeds)} | "
+            print(f"| {name} | {scenario} | {b} | {len(args.seeds)} | "
                   + " | ".join(cells) + " |", flush=True)
 
 

@@ -52,8 +52,9 @@ def train_classifier(
     ``nn.Module`` mapping normalised images to logits, trained in place) on uint8 images
     (N, H, W, 3) and int labels (N,) with SGD + cosine decay.
 
-    The same arguments give the same weights (seeded initialisation, shuffling and crops, CPU;
-    a module of your own brings its own initialisation).
+    The same arguments give the same weights on the same CPU and thread count (seeded
+    initialisation, shuffling and crops; a module of your own brings its own initialisation);
+    another thread count can sum in another order, and the weights drift apart.
 
     Returns:
         A :class:`Normalized` model in eval mode whose normalisation is the training images'.
