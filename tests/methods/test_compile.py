@@ -248,4 +248,5 @@ def test_dyn_adaptives_graph_holds_each_layers_statistics_as_one_operator():
     assert targets.count("dyntta.neighbourhood_statistics.default") == \
         kinds.count(NeighbourhoodNorm2d)
     assert targets.count("dyntta.pooled_statistics.default") == kinds.count(PooledNorm2d)
-    assert not any(op in t for t in targets for op in ("topk", "lerp", "sqrt"))
+    # the normalisation's rsqrt is traced (inductor fuses it), the rule's sqrt is not
+    assert not any(op in t.replace("rsqrt", "") for t in targets for op in ("topk", "lerp", "sqrt"))

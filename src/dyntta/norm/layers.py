@@ -87,7 +87,7 @@ class SourceNorm2d(nn.Module):
 
     Subclasses implement :meth:`statistics`. Buffers ``running_mean``/``running_var`` and
     parameters ``weight``/``bias`` are copies of the source layer's. ``fused``: see
-    :func:`normalize`.
+    :func:`normalize` (eager only: in a compiled graph inductor fuses the normalisation).
     """
 
     fused = False
@@ -121,7 +121,8 @@ class SourceNorm2d(nn.Module):
                 f"got {tuple(x.shape)}"
             )
         mean, var = self.statistics(x)
-        return normalize(x, mean, var, self.weight, self.bias, self.eps, self.fused)
+        fused = self.fused and not torch.compiler.is_compiling()
+        return normalize(x, mean, var, self.weight, self.bias, self.eps, fused)
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}"
