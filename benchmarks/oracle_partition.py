@@ -30,6 +30,7 @@ from dyntta.bench.config import DatasetEntry
 from dyntta.bench.sources import SourceOptions, resolve_source
 from dyntta.bench.stats import difference_interval
 from dyntta.data import make_stream
+from dyntta.methods.dyn import DYNConfig
 from dyntta.methods.dyn_adaptive import DYNAdaptiveConfig
 from dyntta.norm import ClusterAwareBatchNorm2d, WindowMatch, replace_batchnorm
 
@@ -71,7 +72,7 @@ class TrueDomainMatch(WindowMatch):
         return torch.isin(self.domains[seen - n_window : seen], self.domains[seen:])
 
 
-def oracle_model(model, domains: TrueDomains, alpha: float = 0.8):
+def oracle_model(model, domains: TrueDomains, alpha: float):
     model = copy.deepcopy(model)
     replace_batchnorm(model, lambda bn: ClusterAwareBatchNorm2d(bn, alpha, clustering=domains))
     return model.eval().requires_grad_(False)
@@ -107,7 +108,7 @@ def build(label: str, model):
     if label.startswith("dyn+domains"):
         domains = TrueDomains()
         _, _, alpha = label.partition("@")
-        return oracle_model(model, domains, float(alpha or 0.8)), domains
+        return oracle_model(model, domains, float(alpha) if alpha else DYNConfig.alpha), domains
     if label == "deep+domains":
         domains = TrueDomainMatch(DYNAdaptiveConfig.deep_window)
         return deep_oracle_model(model, domains), domains

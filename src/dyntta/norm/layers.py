@@ -44,13 +44,14 @@ def normalize(
             time on 32 x 32 maps, 0.88-0.89x on 16 x 16, 0.98-1.07x on 8 x 8 at B = 64, 1.5x
             on 8 x 8 at B = 16, where the fold's few extra calls weigh). Its rounding differs
             from the broadcast's by about an ulp, so layers whose outputs are pinned (DYN's)
-            keep the default.
+            keep the default. Eager only: in a graph being compiled inductor fuses the
+            broadcast itself, and the fold would only add nodes.
     """
     tracked = (x, mean, var, weight, bias)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tracked)
     if mean.ndim == 1 and not grad:
         return F.batch_norm(x, mean, var, weight, bias, False, 0.0, eps)
-    if fused and not grad:
+    if fused and not grad and not torch.compiler.is_compiling():
         b, c = x.shape[:2]
         weight, bias = (None if t is None else t.expand(b, -1).reshape(-1) for t in (weight, bias))
         folded = F.batch_norm(x.reshape(1, b * c, *x.shape[2:]), mean.reshape(-1),
@@ -87,7 +88,7 @@ class SourceNorm2d(nn.Module):
 
     Subclasses implement :meth:`statistics`. Buffers ``running_mean``/``running_var`` and
     parameters ``weight``/``bias`` are copies of the source layer's. ``fused``: see
-    :func:`normalize` (eager only: in a compiled graph inductor fuses the normalisation).
+    :func:`normalize`.
     """
 
     fused = False
@@ -121,8 +122,7 @@ class SourceNorm2d(nn.Module):
                 f"got {tuple(x.shape)}"
             )
         mean, var = self.statistics(x)
-        fused = self.fused and not torch.compiler.is_compiling()
-        return normalize(x, mean, var, self.weight, self.bias, self.eps, fused)
+        return normalize(x, mean, var, self.weight, self.bias, self.eps, self.fused)
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}"
