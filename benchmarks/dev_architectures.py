@@ -11,7 +11,8 @@ benchmarks.dev_architectures:NAME --checkpoint FILE`` from the repository root l
 weights and input normalisation into it). This script trains them on one half of the CIFAR-10
 test images (the even rows of the npz; its rows are sorted by class, so each half holds every
 class alike) and writes the other half (the odd rows) for testing, so no test image was seen in
-training:
+training. Training runs on one thread unless ``--threads`` says otherwise, so the same CPU
+always trains the same weights:
 
     PYTHONPATH=src python benchmarks/dev_architectures.py ../shared/data/cifar10-test-jpeg.npz \\
         --out ../dev-models
@@ -108,7 +109,22 @@ def main(argv=None) -> None:
     parser.add_argument("--out", required=True, help="folder for the checkpoints and test half")
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--models", nargs="*", default=list(FACTORIES), choices=list(FACTORIES))
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads for training (default 1): another count sums in "
+                             "another order and trains other weights")
     args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        train_and_save(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def train_and_save(args: argparse.Namespace) -> None:
+    """Write the test half and train, save and report each of ``args.models``."""
     data = np.load(args.npz)
     x, y = data["x"], data["y"]
     out = Path(args.out)

@@ -11,6 +11,11 @@ Labels:
 - ``deep+domains``: ``dyn_adaptive`` with a perfect :class:`~dyntta.norm.WindowMatch`: its
   pooling layers keep the remembered samples whose true domain is one of the batch's.
 
+``--agreement N`` adds the label-free reading of the same weights that ``dyn_adaptive`` makes
+(:func:`synthetic_agreement`): on the stream's first N images, how often DYN's layer at each
+weight, given synthetic domains as clusters, predicts on a batch shifted by those domains what it
+predicts on the batch as it came.
+
     PYTHONPATH=src python benchmarks/oracle_partition.py --data-dir ../shared/data --cache-dir CACHE \
         --dataset npz --scenarios crossmix continual --batch-sizes 64 16 --seeds 0 1 2
     PYTHONPATH=src python benchmarks/oracle_partition.py --data-dir ../shared/data \
@@ -32,6 +37,7 @@ from dyntta.bench.stats import difference_interval
 from dyntta.data import make_stream
 from dyntta.methods.dyn import DYNConfig
 from dyntta.methods.dyn_adaptive import DYNAdaptiveConfig
+from dyntta.methods.source_trust import DRAWS, SourceTrust
 from dyntta.norm import ClusterAwareBatchNorm2d, WindowMatch, replace_batchnorm
 
 DATASETS = {
@@ -127,6 +133,26 @@ def run(model, stream, domains) -> tuple[list[int], list[int]]:
     return hits, sizes
 
 
+def synthetic_agreement(model, images: torch.Tensor, alphas: list[float]) -> torch.Tensor:
+    """(len(alphas),) the share of synthetic pairs that DYN's layer at each source weight
+    predicts alike on ``images`` (:class:`~dyntta.methods.source_trust.SourceTrust`, the reading
+    ``dyn_adaptive`` makes of its first test images)."""
+    trust = SourceTrust(model, 1.0, tuple(alphas), len(images))
+    trust.observe(images)
+    return trust.agreement / (trust.read * DRAWS)
+
+
+def first_images(stream, n: int) -> torch.Tensor:
+    """The first ``n`` images of ``stream``, in its order."""
+    batches, seen = [], 0
+    for batch in stream:
+        batches.append(batch.x)
+        seen += len(batch.x)
+        if seen >= n:
+            break
+    return torch.cat(batches)[:n]
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir")
@@ -145,6 +171,9 @@ def main(argv=None) -> None:
                         "(as dyntta bench --model)")
     parser.add_argument("--path", help="the dataset's file, in place of the dataset's (for npz: "
                         "cifar10-test-jpeg.npz)")
+    parser.add_argument("--agreement", type=int, metavar="N", default=0,
+                        help="also print the synthetic agreement at each source weight on the "
+                        "first N images of each stream (B = 64)")
     args = parser.parse_args(argv)
     entry = DATASETS[args.dataset]
     for field in ("checkpoint", "model", "path"):
@@ -180,6 +209,29 @@ def main(argv=None) -> None:
                 cells.append(f"{acc[a] - acc[ref]:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]")
             print(f"| {name} | {scenario} | {b} | {len(args.seeds)} | "
                   + " | ".join(cells) + " |", flush=True)
+    if args.agreement:
+        print_agreement(source, args, name)
+
+
+def print_agreement(source, args, name: str) -> None:
+    """The table of :func:`synthetic_agreement` (%) at ``--alphas`` per scenario, the mean over
+    the seeds' streams, the highest in bold."""
+    alphas = args.alphas or [DYNConfig.alpha]
+    print("\n| model | scenario | seeds | " + " | ".join(f"w = {a:g}" for a in alphas)
+          + " |\n|" + "---|" * (len(alphas) + 3))
+    for scenario in args.scenarios:
+        agreement = torch.zeros(len(alphas))
+        for seed in args.seeds:
+            stream = make_stream(source.dataset, n_domains=15, severity=5, scenario=scenario,
+                                 batch_size=64, seed=seed, n_samples=args.n_samples,
+                                 delta=0.1 if scenario == "wild" else None)
+            images = first_images(stream, args.agreement)
+            agreement += synthetic_agreement(source.model, images, alphas) / len(args.seeds)
+        best = int(agreement.argmax())
+        cells = [f"**{100 * v:.1f}**" if i == best else f"{100 * v:.1f}"
+                 for i, v in enumerate(agreement.tolist())]
+        print(f"| {name} | {scenario} | {len(args.seeds)} | " + " | ".join(cells) + " |",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ state dict loads through the bring-your-own-model path."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -75,3 +76,25 @@ def test_the_script_writes_a_test_half_and_checkpoints_the_factories_load(tmp_pa
     assert "depthwise_net: clean accuracy on the test half" in capsys.readouterr().out
     adapted = dyntta.adapt(model, "dyn_adaptive")
     assert adapted(torch.rand(8, 3, 32, 32)).shape == (8, 10)
+
+
+def test_the_script_trains_on_the_threads_asked_and_gives_the_count_back(tmp_path, monkeypatch):
+    import benchmarks.dev_architectures as script
+
+    seen = []
+
+    def record(x, y, net, **kwargs):
+        seen.append(torch.get_num_threads())
+        return script.Normalized(net, [0.5] * 3, [0.25] * 3)
+
+    monkeypatch.setattr(script, "train_classifier", record)
+    npz = tmp_path / "images.npz"
+    np.savez(npz, x=np.zeros((20, 32, 32, 3), np.uint8), y=np.arange(20) // 2)
+    before = torch.get_num_threads()
+    out = str(tmp_path / "out")
+    main([str(npz), "--out", out, "--models", "vgg_bn_after_relu"])
+    main([str(npz), "--out", out, "--models", "vgg_bn_after_relu", "--threads", "3"])
+    assert seen == [1, 3]  # one thread unless asked: the same CPU trains the same weights
+    assert torch.get_num_threads() == before
+    with pytest.raises(SystemExit):
+        main([str(npz), "--out", out, "--threads", "0"])

@@ -1,6 +1,6 @@
 """``benchmarks/oracle_partition.py``: the domain oracle normalises each true domain of a batch
 as if it came alone, at the source weight its label names, and each oracle is compared with
-the method it improves on."""
+the method it improves on; the synthetic agreement is ``dyn_adaptive``'s reading."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import dyntta
-from benchmarks.oracle_partition import build, comparisons
+from benchmarks.oracle_partition import build, comparisons, first_images, synthetic_agreement
+from dyntta.methods.source_trust import BATCH, DRAWS, SourceTrust
 from dyntta.norm import ClusterAwareBatchNorm2d
 
 
@@ -59,3 +60,20 @@ def test_each_oracle_beside_the_method_it_improves_on():
     assert comparisons(["dyn", "dyn_adaptive", "tbn", "dyn+domains", "deep+domains"]) == [
         ("dyn+domains", "dyn"), ("deep+domains", "dyn_adaptive")]
     assert comparisons(["dyn+domains", "deep+domains"]) == []
+
+
+def test_synthetic_agreement_is_the_methods_reading_as_a_share(model):
+    torch.manual_seed(3)
+    images = torch.rand(BATCH, 3, 32, 32)
+    trust = SourceTrust(model, 1.0, (0.0, 0.5), BATCH)
+    trust.observe(images)
+    shares = synthetic_agreement(model, images, [0.0, 0.5])
+    assert torch.equal(shares, trust.agreement / (BATCH * DRAWS)) and bool((shares <= 1).all())
+
+
+def test_first_images_keeps_the_streams_order():
+    class Batch:
+        def __init__(self, x):
+            self.x = x
+    stream = [Batch(torch.full((3, 1), float(i))) for i in range(4)]
+    assert first_images(stream, 7).flatten().tolist() == [0, 0, 0, 1, 1, 1, 2]

@@ -81,7 +81,9 @@ def test_merged_layer_equals_the_branches_in_output_and_gradients(
         torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(gx, ref_gx, rtol=1e-4, atol=1e-5)
         for g, ref_g in zip(grads, ref_grads):
-            torch.testing.assert_close(g, ref_g, rtol=1e-4, atol=1e-5)
+            # a weight's gradient sums over batch and positions: float32 rounding grows with it
+            scale = max(1.0, float(ref_g.abs().max()))
+            torch.testing.assert_close(g, ref_g, rtol=1e-4, atol=1e-5 * scale)
 
 
 def test_a_fresh_adapter_is_the_identity_beside_a_linear_layer_and_initialised_as_the_code():
