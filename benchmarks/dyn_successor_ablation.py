@@ -177,7 +177,7 @@ def summarise(records, labels):
     return "\n".join(lines)
 
 
-def main(argv=None) -> None:
+def parse_arguments(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--grid", required=True)
     parser.add_argument("--data-dir")
@@ -185,7 +185,8 @@ def main(argv=None) -> None:
     parser.add_argument("--out", required=True, help="JSON-lines results file (this script's, or "
                         "the results.jsonl of a dyntta bench run of the same grid)")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
-    parser.add_argument("--set", nargs="*", default=[], dest="overrides")
+    parser.add_argument("--set", nargs="*", default=[], dest="overrides", action="extend",
+                        help="override grid fields, KEY=VALUE; repeat or list several")
     parser.add_argument("--table-only", action="store_true",
                         help="run nothing; tabulate every record of --out for the grid's "
                         "methods and the variants")
@@ -195,7 +196,11 @@ def main(argv=None) -> None:
     parser.add_argument("--reference", default="dyn",
                         help="the label --matrix subtracts (default dyn; e.g. successor for a "
                         "sensitivity sweep)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_arguments(argv)
     grid = load_grid(args.grid, args.overrides)
     options = SourceOptions(args.data_dir, args.cache_dir, severities=(grid.severity,))
     cells = variant_cells(grid, args.variants)

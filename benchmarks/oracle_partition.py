@@ -217,7 +217,7 @@ def print_agreement(source, args, name: str) -> None:
     """The table of :func:`synthetic_agreement` (%) at ``--alphas`` per scenario, the mean over
     the seeds' streams, the highest in bold."""
     alphas = args.alphas or [DYNConfig.alpha]
-    print("\n| model | scenario | seeds | " + " | ".join(f"w = {a:g}" for a in alphas)
+    print("\n| model | scenario | seeds | " + " | ".join(f"w = {a:.2g}" for a in alphas)
           + " |\n|" + "---|" * (len(alphas) + 3))
     for scenario in args.scenarios:
         agreement = torch.zeros(len(alphas))
