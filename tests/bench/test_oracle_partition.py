@@ -1,6 +1,6 @@
 """``benchmarks/oracle_partition.py``: the domain oracle normalises each true domain of a batch
 as if it came alone, at the source weight its label names, and each oracle is compared with
-the method it improves on; the synthetic agreement is ``dyn_adaptive``'s reading."""
+the method it improves on; the synthetic agreement is the trust reading as a share."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import dyntta
-from benchmarks.oracle_partition import build, comparisons, first_images, synthetic_agreement
-from dyntta.methods.source_trust import BATCH, DRAWS, SourceTrust
+from benchmarks.oracle_partition import (BATCH, DRAWS, SourceTrust, build, comparisons,
+                                         first_images, synthetic_agreement)
 from dyntta.norm import ClusterAwareBatchNorm2d
 
 

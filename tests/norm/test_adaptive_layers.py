@@ -49,16 +49,12 @@ def test_size_weight_is_schneiders_prior():
     torch.testing.assert_close(size_weight(sizes, 16.0), 16.0 / (16.0 + sizes))
 
 
-@pytest.mark.parametrize("trust", [1.0, 0.5, 0.0])
 @pytest.mark.parametrize("n", [1, 3, 10])
-def test_neighbourhood_layer_is_the_n_nearest_samples_at_the_size_weight(n, trust):
-    """The size weight ``N / (N + n)``, times the trust its owner sets."""
+def test_neighbourhood_layer_is_the_n_nearest_samples_at_the_size_weight(n):
     bn = source_bn().double()
     x = mixed_batch(b=10)
     layer = NeighbourhoodNorm2d(bn, window=0, neighbours=n, prior_strength=4.0).double()
-    assert float(layer.trust) == 1.0 and "trust" not in layer.state_dict()
-    layer.trust.fill_(trust)
-    mean, var = group_reference(x, bn, n, trust * 4.0 / (4.0 + n))
+    mean, var = group_reference(x, bn, n, 4.0 / (4.0 + n))
     got = layer.statistics(x)
     torch.testing.assert_close(got[0], mean)
     torch.testing.assert_close(got[1], var)

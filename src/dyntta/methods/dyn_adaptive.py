@@ -17,10 +17,6 @@ they run (found by one probe forward on the first batch):
   statistics, with a band widened per channel to the spread of instance means actually observed
   (:func:`~dyntta.norm.adaptive.widened_instance_rule`).
 
-Every source weight above is scaled by the level of trust the model's own predictions give the
-source (:class:`~dyntta.methods.source_trust.SourceTrust`, read on the first
-:data:`TRUST_IMAGES` test images, levels :data:`TRUST_LEVELS`).
-
 Shallow layers' statistics carry the domain, deep ones' the labels (IBN-Net, Pan et al., ECCV
 2018): hence neighbourhoods and the instance rule in the first layers, label-balanced pools in
 the others. The measurements behind each rule and constant: RESULTS.md, "How `dyn_adaptive`'s
@@ -28,7 +24,7 @@ defaults were chosen" and "`dyn_adaptive` across architectures".
 
 State: each layer remembers its window of instance statistics; the method owns what several
 layers share: the deep layers' source weight (buffer ``deep_source_weight``), the last
-predictions, the two window filters and the trust reading.
+predictions and the two window filters.
 """
 
 from __future__ import annotations
@@ -44,16 +40,10 @@ from dyntta.methods.normalization import NormalizationMethod
 from dyntta.methods.registry import register
 from dyntta.norm import ClassBalance, SourceBatchNorm2d, WindowMatch
 from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d, WindowedNorm2d
-from dyntta.methods.source_trust import SourceTrust
-from dyntta.norm.mixing import label_balance_weight, size_weight
+from dyntta.norm.mixing import label_balance_weight
 
 FIRST_WEIGHT = DYNConfig.alpha
 """The deep layers' source weight before the first prediction: DYN's."""
-
-TRUST_LEVELS = (0.0, 0.5, 1.0)
-"""The fractions of its source weights the method may keep: none, half, all."""
-TRUST_IMAGES = 640
-"""How many of the first test images the trust reading reads (ten synthetic batches)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,8 +105,8 @@ class DYNAdaptiveConfig:
 @register
 class DYNAdaptive(NormalizationMethod):
     """Beyond the DYN paper: size-weighted neighbourhoods in the first half of the BN layers,
-    label-balanced pools in the others, the instance rule in the first quarter, every source
-    weight scaled by the model's trust in its source (module docstring). Every BN layer holds the source statistics until the first batch, whose probe
+    label-balanced pools in the others, the instance rule in the first quarter (module
+    docstring). Every BN layer holds the source statistics until the first batch, whose probe
     forward orders the layers as they run and gives each its role. With ``compile=True`` it
     runs eager until its windows keep their size (:meth:`windows_steady`), then compiled.
     """
@@ -131,8 +121,6 @@ class DYNAdaptive(NormalizationMethod):
         self._balance = ClassBalance(c.deep_window, c.deep_balance, self._match)
         self.register_buffer("deep_source_weight", torch.tensor(FIRST_WEIGHT))
         self._roles: tuple[list[str], int] | None = None
-        self.trust = SourceTrust(model, size_weight(c.neighbours, c.prior_strength),
-                                 TRUST_LEVELS, TRUST_IMAGES)
         return super().prepare(model)
 
     def make_layer(self, bn):
@@ -229,12 +217,9 @@ class DYNAdaptive(NormalizationMethod):
     def step(self, x: torch.Tensor) -> torch.Tensor:
         if self._placeholders:
             self.assign_roles(x)
-        level = self.trust.level
         for m in self.layers():
             if isinstance(m, PooledNorm2d):
-                m.source_weight.copy_(self.deep_source_weight * level)
-            else:
-                m.trust.fill_(level)
+                m.source_weight.copy_(self.deep_source_weight)
         # compiled: eager while the windows fill, the compiled graph once their shapes hold
         steady = not self.compiled or self.windows_steady(x.shape[0])
         logits = self.model(x) if steady else self.model.forward(x)
@@ -244,7 +229,6 @@ class DYNAdaptive(NormalizationMethod):
         self._recent = recent[-self.config.window :]
         self.deep_source_weight.fill_(label_balance_weight(
             self._recent, logits.shape[1], self.config.balanced_alpha, self.config.balance_power))
-        self.trust.observe(x)
         return logits
 
     def on_reset(self) -> None:

@@ -81,7 +81,6 @@ def neighbourhood_statistics(
     pool_s2: torch.Tensor,
     running_mean: torch.Tensor,
     running_var: torch.Tensor,
-    trust: torch.Tensor,
     neighbours: int,
     prior_strength: float,
     length: int,
@@ -90,12 +89,11 @@ def neighbourhood_statistics(
     eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:class:`NeighbourhoodNorm2d`'s ``(mean, var)``: each sample's ``neighbours`` nearest in
-    the pool, the source weighted ``trust * N / (N + n)``, then the instance rule."""
+    the pool, the source weighted ``N / (N + n)``, then the instance rule."""
     index = nearest_neighbours(pool_mu.detach(), neighbours, mu.shape[0])
     mean, var, spread = neighbourhood_stats(pool_mu, pool_s2, index)
-    weight = trust * size_weight(index.shape[1], prior_strength)
-    return source_mixed(mu, s2, mean, var, spread, weight, running_mean, running_var, length, k,
-                        c, eps)
+    return source_mixed(mu, s2, mean, var, spread, size_weight(index.shape[1], prior_strength),
+                        running_mean, running_var, length, k, c, eps)
 
 
 def pooled_statistics(
@@ -141,12 +139,12 @@ def next_window(pool_mu: torch.Tensor, pool_s2: torch.Tensor, window: int
 def _neighbourhood_operator(
     mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None,
     window_var: torch.Tensor | None, n_window: int, window: int, running_mean: torch.Tensor,
-    running_var: torch.Tensor, trust: torch.Tensor, neighbours: int, prior_strength: float,
-    length: int, k: float | None, c: float, eps: float,
+    running_var: torch.Tensor, neighbours: int, prior_strength: float, length: int,
+    k: float | None, c: float, eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     pool_mu, pool_s2 = pool_of(mu, s2, window_mean, window_var, n_window)
     mean, var = neighbourhood_statistics(mu, s2, pool_mu, pool_s2, running_mean, running_var,
-                                         trust, neighbours, prior_strength, length, k, c, eps)
+                                         neighbours, prior_strength, length, k, c, eps)
     return mean, var, *next_window(pool_mu, pool_s2, window)
 
 
@@ -253,8 +251,7 @@ class WindowedNorm2d(SourceNorm2d):
 class NeighbourhoodNorm2d(WindowedNorm2d):
     """Each sample's statistics are those of its ``n`` nearest samples in the pool (itself
     included; LISC's cosine similarity of instance means, :mod:`~dyntta.norm.neighbours`), mixed
-    with the source at Schneider et al.'s weight ``N / (N + n)`` (NeurIPS 2020, Eq. 3) times the
-    0-dim buffer ``trust`` (1 at first; not saved: its owner sets it before each batch).
+    with the source at Schneider et al.'s weight ``N / (N + n)`` (NeurIPS 2020, Eq. 3).
 
     Args:
         neighbours: n >= 1.
@@ -274,7 +271,6 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
         self.neighbours = neighbours
         self.prior_strength = prior_strength
         self.signature = signature
-        self.register_buffer("trust", torch.tensor(1.0), persistent=False)
 
     operator = staticmethod(_neighbourhood_operator)
     traced_operator = traced_neighbourhood
@@ -282,8 +278,8 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
     def arguments(self, mu, n_window, length):
         if self.signature is not None:
             self.signature.observe(mu)
-        return (self.running_mean, self.running_var, self.trust, self.neighbours,
-                self.prior_strength, length, *self.rule(), self.eps)
+        return (self.running_mean, self.running_var, self.neighbours, self.prior_strength,
+                length, *self.rule(), self.eps)
 
 
 class PooledNorm2d(WindowedNorm2d):

@@ -1,16 +1,11 @@
-"""The source trust reading of ``dyn_adaptive``: the synthetic shifts are those named, the
-agreement is the model's own predictions with and without them, the level is the one of most
-agreement, and the method hands it to its layers."""
+"""The source trust reading of ``benchmarks/oracle_partition.py``: the synthetic shifts are
+those named, and the agreement is the model's own predictions with and without them."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-import dyntta
-from dyntta.methods.source_trust import (BATCH, DRAWS, SYNTHETIC, SourceTrust,
-                                         synthetic_shift)
-from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d
+from benchmarks.oracle_partition import BATCH, DRAWS, SYNTHETIC, SourceTrust, synthetic_shift
 from tests.conftest import random_images, tiny_resnet
 
 
@@ -47,15 +42,6 @@ def test_at_source_weight_one_the_agreement_is_the_source_models():
     assert trust.agreement[0] != alike  # at weight 0 the batch statistics answer instead
 
 
-def test_the_level_is_the_highest_of_most_agreement():
-    trust = SourceTrust(tiny_resnet(), 0.6, (0.0, 0.5, 1.0), BATCH)
-    assert trust.level == 1.0  # nothing read yet
-    for agreement, level in [([5, 9, 7], 0.5), ([9, 9, 7], 0.5), ([9, 7, 9], 1.0),
-                             ([9, 3, 2], 0.0)]:
-        trust.agreement = torch.tensor(agreement, dtype=torch.float64)
-        assert trust.level == level
-
-
 def test_small_batches_wait_for_a_synthetic_batch_and_reading_stops_at_its_images():
     trust = SourceTrust(tiny_resnet(), 0.6, (0.0, 1.0), 2 * BATCH + 5)
     assert trust.images == 2 * BATCH  # whole synthetic batches
@@ -71,34 +57,4 @@ def test_small_batches_wait_for_a_synthetic_batch_and_reading_stops_at_its_image
     trust.observe(x[:BATCH])
     assert trust.read == read and torch.equal(trust.agreement, agreement)
     trust.reset()
-    assert trust.read == 0 and not trust.agreement.any() and trust.level == 1.0
-
-
-def test_dyn_adaptive_scales_every_source_weight_by_the_level():
-    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive")
-    with torch.no_grad():
-        method(random_images(8, seed=1))
-        method.trust.agreement = torch.tensor([1.0, 5.0, 2.0], dtype=torch.float64)
-        deep = float(method.deep_source_weight)
-        method(random_images(8, seed=2))
-    neighbourhoods = [m for m in method.modules() if isinstance(m, NeighbourhoodNorm2d)]
-    pooled = [m for m in method.modules() if isinstance(m, PooledNorm2d)]
-    assert neighbourhoods and all(float(m.trust) == 0.5 for m in neighbourhoods)
-    assert pooled and all(float(m.source_weight) == pytest.approx(0.5 * deep) for m in pooled)
-
-
-def test_a_saved_reading_resumes_exactly():
-    model, x = tiny_resnet(), random_images(BATCH + 16, seed=3)
-    method = dyntta.adapt(model, "dyn_adaptive")
-    with torch.no_grad():
-        method(x[:40])
-        method(x[40:])
-        state = method.state_dict()
-        fresh = dyntta.adapt(model, "dyn_adaptive")
-        fresh.load_state_dict(state)
-        assert torch.equal(fresh.trust.agreement, method.trust.agreement)
-        assert fresh.trust.read == method.trust.read == BATCH
-        y = random_images(8, seed=9)
-        assert torch.equal(fresh(y), method(y))
-    method.reset()
-    assert method.trust.read == 0 and not method.trust.agreement.any()
+    assert trust.read == 0 and not trust.agreement.any()
