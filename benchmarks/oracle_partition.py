@@ -161,73 +161,33 @@ def synthetic_shift(x: torch.Tensor, kind: torch.Tensor, generator: torch.Genera
     return shifted[kind, torch.arange(len(x), device=x.device)].clamp(0, 1)
 
 
-class SourceTrust:
-    """Reads, for each of ``levels`` (fractions of the source weight ``reference``), how often
-    DYN's layer at ``level * reference`` predicts alike with and without synthetic shifts, on
-    synthetic batches of the first ``images`` images it observes (module docstring).
-
-    Args:
-        model: the source model (copied, never changed).
-        reference: the source weight of level 1, in [0, 1].
-        levels: the fractions, in [0, 1].
-        images: how many images to read (whole synthetic batches of :data:`BATCH`).
-        seed: the synthetic shifts' generator seed.
-    """
-
-    def __init__(self, model: nn.Module, reference: float, levels: tuple[float, ...],
-                 images: int, seed: int = 0) -> None:
-        self.reference = reference
-        self.levels = levels
-        self.images = images - images % BATCH
-        self.seed = seed
-        self.clusters = TrueDomains()
-        self.model = oracle_model(model, self.clusters, reference)
-        self.reset()
-
-    def reset(self) -> None:
-        self.agreement = torch.zeros(len(self.levels), dtype=torch.float64)
-        self.read = 0
-        self.waiting: torch.Tensor | None = None
-        self.generator = torch.Generator().manual_seed(self.seed)
-
-    def observe(self, x: torch.Tensor) -> None:
-        """Read the images ``x`` (B, 3, H, W) in [0, 1], until ``images`` are read."""
-        if self.read >= self.images:
-            return
-        x = x.detach() if self.waiting is None else torch.cat([self.waiting, x.detach()])
-        while len(x) >= BATCH and self.read < self.images:
-            self.agreement += self.agreements(x[:BATCH])
-            self.read += BATCH
-            x = x[BATCH:]
-        self.waiting = x if len(x) and self.read < self.images else None
-
-    def agreements(self, x: torch.Tensor) -> torch.Tensor:
-        """(len(levels),) how often the layer at each level predicts an image of ``x`` alike
-        with and without a synthetic shift (one cluster per kind), a random fifth of the images
-        per kind, over :data:`DRAWS` draws."""
-        kinds = [torch.randperm(len(x), generator=self.generator).to(x.device) % len(SYNTHETIC)
-                 for _ in range(DRAWS)]
-        shifted = [synthetic_shift(x, kind, self.generator) for kind in kinds]
-        layers = [m for m in self.model.modules() if isinstance(m, ClusterAwareBatchNorm2d)]
-        alike = []
-        with torch.no_grad():
-            for level in self.levels:
+def synthetic_agreement(model, images: torch.Tensor, alphas: list[float], seed: int = 0
+                        ) -> torch.Tensor:
+    """(len(alphas),) the share of (image, draw) pairs that DYN's layer at each source weight,
+    the synthetic domains as its clusters, predicts alike with and without a synthetic shift, on
+    the whole batches of :data:`BATCH` in ``images`` (B, 3, H, W) in [0, 1]: in each batch and
+    each of :data:`DRAWS` draws, a random fifth of the images per kind of :data:`SYNTHETIC`. The
+    reference is the layer's prediction on the unshifted batch as one cluster."""
+    domains = TrueDomains()
+    net = oracle_model(model, domains, DYNConfig.alpha)
+    layers = [m for m in net.modules() if isinstance(m, ClusterAwareBatchNorm2d)]
+    generator = torch.Generator().manual_seed(seed)
+    batches = images[: len(images) - len(images) % BATCH].split(BATCH)
+    alike = torch.zeros(len(alphas), dtype=torch.float64)
+    with torch.no_grad():
+        for x in batches:
+            kinds = [torch.randperm(len(x), generator=generator).to(x.device) % len(SYNTHETIC)
+                     for _ in range(DRAWS)]
+            shifted = [synthetic_shift(x, kind, generator) for kind in kinds]
+            for i, alpha in enumerate(alphas):
                 for layer in layers:
-                    layer.alpha = level * self.reference
-                self.clusters.show(torch.zeros_like(kinds[0]))
-                reference = self.model(x).argmax(1)
-                for kind, images in zip(kinds, shifted):
-                    self.clusters.show(kind)
-                    alike.append(self.model(images).argmax(1) == reference)
-        return torch.stack(alike).reshape(len(self.levels), -1).sum(1).to(torch.float64).cpu()
-
-
-def synthetic_agreement(model, images: torch.Tensor, alphas: list[float]) -> torch.Tensor:
-    """(len(alphas),) the share of synthetic pairs that DYN's layer at each source weight
-    predicts alike on ``images`` (:class:`SourceTrust`)."""
-    trust = SourceTrust(model, 1.0, tuple(alphas), len(images))
-    trust.observe(images)
-    return trust.agreement / (trust.read * DRAWS)
+                    layer.alpha = alpha
+                domains.show(torch.zeros_like(kinds[0]))
+                reference = net(x).argmax(1)
+                for kind, batch in zip(kinds, shifted):
+                    domains.show(kind)
+                    alike[i] += int((net(batch).argmax(1) == reference).sum())
+    return alike / (len(batches) * BATCH * DRAWS)
 
 
 def first_images(stream, n: int) -> torch.Tensor:
@@ -263,6 +223,8 @@ def main(argv=None) -> None:
                         help="also print the synthetic agreement at each source weight on the "
                         "first N images of each stream (B = 64)")
     args = parser.parse_args(argv)
+    if args.agreement and args.agreement < BATCH:
+        parser.error(f"--agreement reads whole batches of {BATCH} images, got {args.agreement}")
     entry = DATASETS[args.dataset]
     for field in ("checkpoint", "model", "path"):
         if getattr(args, field):

@@ -1,6 +1,6 @@
 """``benchmarks/oracle_partition.py``: the domain oracle normalises each true domain of a batch
 as if it came alone, at the source weight its label names, and each oracle is compared with
-the method it improves on; the synthetic agreement is the trust reading as a share."""
+the method it improves on, and the synthetic agreement reads only whole batches."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import pytest
 import torch
 
 import dyntta
-from benchmarks.oracle_partition import (BATCH, DRAWS, SourceTrust, build, comparisons,
-                                         first_images, synthetic_agreement)
+from benchmarks.oracle_partition import build, comparisons, first_images, main
 from dyntta.norm import ClusterAwareBatchNorm2d
 
 
@@ -62,13 +61,10 @@ def test_each_oracle_beside_the_method_it_improves_on():
     assert comparisons(["dyn+domains", "deep+domains"]) == []
 
 
-def test_synthetic_agreement_is_the_methods_reading_as_a_share(model):
-    torch.manual_seed(3)
-    images = torch.rand(BATCH, 3, 32, 32)
-    trust = SourceTrust(model, 1.0, (0.0, 0.5), BATCH)
-    trust.observe(images)
-    shares = synthetic_agreement(model, images, [0.0, 0.5])
-    assert torch.equal(shares, trust.agreement / (BATCH * DRAWS)) and bool((shares <= 1).all())
+def test_agreement_under_one_batch_is_refused_by_name(capsys):
+    with pytest.raises(SystemExit):
+        main(["--agreement", "10"])
+    assert "--agreement reads whole batches of 64 images, got 10" in capsys.readouterr().err
 
 
 def test_first_images_keeps_the_streams_order():

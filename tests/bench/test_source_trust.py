@@ -1,11 +1,12 @@
-"""The source trust reading of ``benchmarks/oracle_partition.py``: the synthetic shifts are
+"""The synthetic agreement of ``benchmarks/oracle_partition.py``: the synthetic shifts are
 those named, and the agreement is the model's own predictions with and without them."""
 
 from __future__ import annotations
 
 import torch
 
-from benchmarks.oracle_partition import BATCH, DRAWS, SYNTHETIC, SourceTrust, synthetic_shift
+from benchmarks.oracle_partition import (BATCH, DRAWS, SYNTHETIC, synthetic_agreement,
+                                         synthetic_shift)
 from tests.conftest import random_images, tiny_resnet
 
 
@@ -27,34 +28,16 @@ def test_each_synthetic_shift_is_the_one_named():
 
 
 def test_at_source_weight_one_the_agreement_is_the_source_models():
-    """Weight 1 ignores the clusters: the count is how often the source model predicts the
-    shifted images as the unshifted ones, shifts drawn as the reading draws them."""
-    model, x = tiny_resnet(), random_images(BATCH, seed=4)
-    trust = SourceTrust(model, 1.0, (0.0, 1.0), BATCH, seed=7)
-    trust.observe(x)
+    """Weight 1 ignores the clusters: the share is how often the source model predicts the
+    shifted images as the unshifted ones, shifts drawn as the reading draws them; images beyond
+    the last whole batch are not read."""
+    model, x = tiny_resnet(), random_images(BATCH + 9, seed=4)
+    shares = synthetic_agreement(model, x, [0.0, 1.0], seed=7)
     generator = torch.Generator().manual_seed(7)
     kinds = [torch.randperm(BATCH, generator=generator) % 5 for _ in range(DRAWS)]
-    shifted = [synthetic_shift(x, kind, generator) for kind in kinds]
+    shifted = [synthetic_shift(x[:BATCH], kind, generator) for kind in kinds]
     with torch.no_grad():
-        reference = model(x).argmax(1)
+        reference = model(x[:BATCH]).argmax(1)
         alike = sum(int((model(s).argmax(1) == reference).sum()) for s in shifted)
-    assert trust.read == BATCH and trust.agreement[1] == alike
-    assert trust.agreement[0] != alike  # at weight 0 the batch statistics answer instead
-
-
-def test_small_batches_wait_for_a_synthetic_batch_and_reading_stops_at_its_images():
-    trust = SourceTrust(tiny_resnet(), 0.6, (0.0, 1.0), 2 * BATCH + 5)
-    assert trust.images == 2 * BATCH  # whole synthetic batches
-    x = random_images(3 * BATCH, seed=5)
-    for start in range(0, BATCH - 4, 4):
-        trust.observe(x[start : start + 4])
-    assert trust.read == 0 and len(trust.waiting) == BATCH - 4
-    trust.observe(x[BATCH - 4 : BATCH + 8])
-    assert trust.read == BATCH and len(trust.waiting) == 8
-    trust.observe(x[BATCH + 8 :])
-    read, agreement = trust.read, trust.agreement.clone()
-    assert read == 2 * BATCH and trust.waiting is None
-    trust.observe(x[:BATCH])
-    assert trust.read == read and torch.equal(trust.agreement, agreement)
-    trust.reset()
-    assert trust.read == 0 and not trust.agreement.any()
+    assert shares[1] == alike / (BATCH * DRAWS)
+    assert shares[0] != shares[1]  # at weight 0 the batch statistics answer instead
