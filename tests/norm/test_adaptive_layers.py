@@ -24,40 +24,23 @@ def iabn_reference(mu, s2, ref_mean, ref_var, length, k, eps):
     return mean, (ref_var + torch.sign(d_var) * (d_var.abs() - t_var).clamp_min(0)).clamp_min(0)
 
 
-def group_weights(x, neighbours, batch=None):
-    """(B, P): how each of the last B = ``batch`` samples of ``x`` (P samples; default all of
-    them) weighs the samples in its group, written out: for ``neighbours`` n, half on its n most
-    cosine-similar samples of ``x`` and half on the B; for None, the whole batch."""
+def groups_of(x, neighbours):
+    """Each sample's group, written out: its ``neighbours`` most cosine-similar samples (None:
+    the whole batch)."""
     mu = x.mean((2, 3))
-    p = x.shape[0]
-    b = p if batch is None else batch
-    weights = torch.zeros(b, p, dtype=x.dtype)
-    weights[:, p - b:] = 1.0 / b
     if neighbours is None:
-        return weights
+        return [torch.arange(x.shape[0])] * x.shape[0]
     unit = mu / mu.norm(dim=1, keepdim=True)
-    for i in range(b):
-        weights[i] /= 2
-        nearest = (unit @ unit[p - b + i]).argsort(descending=True)[:neighbours]
-        weights[i, nearest] += 0.5 / neighbours
-    return weights
+    return [(unit @ unit[i]).argsort(descending=True)[:neighbours] for i in range(x.shape[0])]
 
 
-def group_stats_reference(x, neighbours, batch=None):
-    """Per sample: the weighted mean of its group's instance means, the weighted mean of their
-    unbiased variances plus their deviations from that mean, and of those deviations alone."""
+def group_reference(x, bn, neighbours, a):
+    """Per sample: its group's pixels' mean and variance (instance variances unbiased), mixed
+    with the source at weight ``a``."""
     mu, s2 = x.mean((2, 3)), x.var((2, 3))
-    rows = []
-    for w in group_weights(x, neighbours, batch):
-        mean = w @ mu
-        deviation = w @ (mu - mean).square()
-        rows.append((mean, w @ s2 + deviation, deviation))
-    return tuple(torch.stack(column) for column in zip(*rows))
-
-
-def group_reference(x, bn, neighbours, a, batch=None):
-    """Per sample: its group's statistics, mixed with the source at weight ``a``."""
-    mean, var, _ = group_stats_reference(x, neighbours, batch)
+    groups = groups_of(x, neighbours)
+    mean = torch.stack([mu[g].mean(0) for g in groups])
+    var = torch.stack([s2[g].mean(0) + mu[g].var(0, unbiased=False) for g in groups])
     return a * bn.running_mean + (1 - a) * mean, a * bn.running_var + (1 - a) * var
 
 
@@ -67,7 +50,7 @@ def test_size_weight_is_schneiders_prior():
 
 
 @pytest.mark.parametrize("n", [1, 3, 10])
-def test_neighbourhood_layer_is_halfway_from_the_n_nearest_samples_to_the_batch(n):
+def test_neighbourhood_layer_is_the_n_nearest_samples_at_the_size_weight(n):
     bn = source_bn().double()
     x = mixed_batch(b=10)
     layer = NeighbourhoodNorm2d(bn, window=0, neighbours=n, prior_strength=4.0).double()
@@ -105,7 +88,7 @@ def test_instance_rule_band_is_c_observed_deviations_per_channel_at_least_k(laye
     got = make((k, c)).statistics(x)
     ref_mean, ref_var = make(None).statistics(x)
     mu, s2 = x.mean((2, 3)), x.var((2, 3))
-    spread = group_stats_reference(x, neighbours)[2]
+    spread = torch.stack([mu[g].var(0, unbiased=False) for g in groups_of(x, neighbours)])
     rho = spread.mean(0) / ((s2 + eps) / length).mean(0)
     mean, var = iabn_reference(mu, s2, ref_mean, ref_var, length, (c * rho.sqrt()).clamp_min(k),
                                eps)
@@ -136,10 +119,12 @@ def test_spread_ratio_is_one_for_independent_positions():
     assert (spread_ratio(spread, s2, 64, 0.0) - 1.0).abs().max() < 0.06
 
 
-def test_window_tops_the_pool_up_with_the_most_recent_samples():
+@pytest.mark.parametrize("make", [lambda bn, w: NeighbourhoodNorm2d(bn, w, 4, 16.0),
+                                  lambda bn, w: PooledNorm2d(bn, w, 0.5)])
+def test_window_tops_the_batch_up_with_the_most_recent_samples(make):
     bn = source_bn().double()
     x = mixed_batch(b=14)
-    layer, plain = PooledNorm2d(bn, 8, 0.5).double(), PooledNorm2d(bn, 0, 0.5).double()
+    layer, plain = make(bn, 8).double(), make(bn, 0).double()
     layer(x[:6])
     # a batch of 3 is topped up to 8 with the 5 most recent samples (x[1:6])
     torch.testing.assert_close(layer(x[6:9]), plain(x[1:9])[5:])
@@ -147,24 +132,6 @@ def test_window_tops_the_pool_up_with_the_most_recent_samples():
     # a batch of 8 or more uses no window: the windowless result, bit for bit
     assert torch.equal(layer(x[6:14]), plain(x[6:14]))
     torch.testing.assert_close(layer.window_mean, x[6:14].mean((2, 3)))
-    layer.reset_window()
-    assert torch.equal(layer(x[6:9]), plain(x[6:9]))
-
-
-def test_neighbourhoods_are_found_among_the_window_and_moved_halfway_to_the_batch():
-    bn = source_bn().double()
-    x = mixed_batch(b=14)
-    layer, plain = NeighbourhoodNorm2d(bn, 8, 4, 16.0).double(), \
-        NeighbourhoodNorm2d(bn, 0, 4, 16.0).double()
-    layer(x[:6])
-    # the batch x[6:9]: neighbours among it and the 5 most recent samples (x[1:6])
-    mean, var = group_reference(x[1:9], bn, 4, 0.8, batch=3)
-    got = layer.statistics(x[6:9])
-    torch.testing.assert_close(got[0], mean)
-    torch.testing.assert_close(got[1], var)
-    torch.testing.assert_close(layer.window_mean, x[1:9].mean((2, 3)))
-    # a batch of 8 or more uses no window: the windowless result, bit for bit
-    assert torch.equal(layer(x[6:14]), plain(x[6:14]))
     layer.reset_window()
     assert torch.equal(layer(x[6:9]), plain(x[6:9]))
 

@@ -63,16 +63,12 @@ def test_neighbourhoods_covering_the_batch_are_one_pool():
         torch.testing.assert_close(whole(x), pooled(x))
 
 
-def test_one_neighbour_is_each_samples_own_statistics_halfway_to_the_batch():
+def test_one_neighbour_mixes_each_samples_own_statistics_with_the_source():
     bn = source_bn().double()
     x = mixed_batch(b=6)
     layer = NeighbourhoodNorm2d(bn, 0, 1, prior_strength=2.0).double()
     mu, s2 = instance_stats(x)
-    # an equal mixture of the sample (weight 1/2) and the batch (1/12 each)
-    mean = (mu + mu.mean(0)) / 2
-    var = torch.stack([(s2[i] + (mu[i] - mean[i]).square()) / 2
-                       + (s2 + (mu - mean[i]).square()).mean(0) / 2 for i in range(6)])
     a = 2.0 / (2.0 + 1.0)
-    expected = normalize(x, mix(bn.running_mean, mean, a), mix(bn.running_var, var, a),
+    expected = normalize(x, mix(bn.running_mean, mu, a), mix(bn.running_var, s2, a),
                          bn.weight, bn.bias, bn.eps)
     torch.testing.assert_close(layer(x), expected)

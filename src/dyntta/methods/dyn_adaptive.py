@@ -4,9 +4,8 @@ Not the DYN paper's method (that is ``dyn``, kept bit-identical). The BN layers,
 they run (found by one probe forward on the first batch):
 
 - the first ``cluster_fraction`` of them give each sample the statistics of its ``neighbours``
-  nearest samples among the batch and the last ``shallow_window`` samples, moved halfway to the
-  batch's, with the source weighted by that size
-  (:class:`~dyntta.norm.adaptive.NeighbourhoodNorm2d`);
+  nearest samples among the batch and the last ``shallow_window`` samples, with the source
+  weighted by that size (:class:`~dyntta.norm.adaptive.NeighbourhoodNorm2d`);
 - the others pool the batch with the last ``deep_window`` samples, of which they keep those that
   look like the current pool at the last neighbourhood layer (:class:`~dyntta.norm.WindowMatch`)
   and, of those, the most recent ``deep_balance`` of each predicted class
@@ -52,8 +51,8 @@ class DYNAdaptiveConfig:
     """Hyper-parameters of DYN-adaptive (each constant's measured sensitivity: RESULTS.md,
     "How `dyn_adaptive`'s defaults were chosen").
 
-    neighbours: n >= 1 nearest samples behind half of each sample's statistics in the
-        neighbourhood layers (the batch is the other half); 8.
+    neighbours: n >= 1 nearest samples behind each sample's statistics in the neighbourhood
+        layers; 8.
     prior_strength: N > 0: those layers weight the source ``N / (N + n)``; 16.
     instance_k, instance_spread: the instance rule's band, ``max(k, c * sqrt(rho))`` standard
         errors (:func:`~dyntta.norm.adaptive.widened_instance_rule`); 8 and 2.5.
@@ -105,8 +104,8 @@ class DYNAdaptiveConfig:
 
 @register
 class DYNAdaptive(NormalizationMethod):
-    """Beyond the DYN paper: neighbourhoods halfway to the batch, the source weighted by their
-    size, in the first half of the BN layers, label-balanced pools in the others, the instance rule in the first quarter (module
+    """Beyond the DYN paper: size-weighted neighbourhoods in the first half of the BN layers,
+    label-balanced pools in the others, the instance rule in the first quarter (module
     docstring). Every BN layer holds the source statistics until the first batch, whose probe
     forward orders the layers as they run and gives each its role. With ``compile=True`` it
     runs eager until its windows keep their size (:meth:`windows_steady`), then compiled.

@@ -4,7 +4,7 @@ with the instance statistics of the samples seen just before it.
 - :class:`WindowedNorm2d`: the window and what both layers share (the source mix and the
   instance rule);
 - :class:`NeighbourhoodNorm2d`: each sample takes the statistics of its ``n`` most similar
-  samples and the batch in equal parts, the source weighted by that size;
+  samples, the source weighted by that size;
 - :class:`PooledNorm2d`: one pool of the batch and the remembered samples a filter keeps, the
   source weighted by a weight its owner sets.
 """
@@ -18,13 +18,7 @@ from dyntta.norm.class_balance import ClassBalance
 from dyntta.norm.layers import SourceNorm2d, compiled_here, mix
 from dyntta.norm.mixing import size_weight
 from dyntta.norm.neighbours import nearest_neighbours
-from dyntta.norm.stats import (
-    halfway_to_batch,
-    instance_stats,
-    neighbourhood_stats,
-    shrink_to_reference,
-    spread_ratio,
-)
+from dyntta.norm.stats import instance_stats, neighbourhood_stats, shrink_to_reference, spread_ratio
 from dyntta.norm.window_match import WindowMatch
 
 
@@ -95,10 +89,9 @@ def neighbourhood_statistics(
     eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:class:`NeighbourhoodNorm2d`'s ``(mean, var)``: each sample's ``neighbours`` nearest in
-    the pool, halfway to the batch, the source weighted ``N / (N + n)``, then the instance
-    rule."""
+    the pool, the source weighted ``N / (N + n)``, then the instance rule."""
     index = nearest_neighbours(pool_mu.detach(), neighbours, mu.shape[0])
-    mean, var, spread = halfway_to_batch(*neighbourhood_stats(pool_mu, pool_s2, index), mu, s2)
+    mean, var, spread = neighbourhood_stats(pool_mu, pool_s2, index)
     return source_mixed(mu, s2, mean, var, spread, size_weight(index.shape[1], prior_strength),
                         running_mean, running_var, length, k, c, eps)
 
@@ -256,14 +249,9 @@ class WindowedNorm2d(SourceNorm2d):
 
 
 class NeighbourhoodNorm2d(WindowedNorm2d):
-    """Each sample's statistics are those of an equal mixture of its ``n`` nearest samples in
-    the pool (itself included; LISC's cosine similarity of instance means,
-    :mod:`~dyntta.norm.neighbours`) and the batch (:func:`~dyntta.norm.stats.halfway_to_batch`),
-    mixed with the source at Schneider et al.'s weight ``N / (N + n)`` (NeurIPS 2020, Eq. 3).
-
-    The batch half: a sample's most similar samples share its content as well as its domain, so
-    their mean alone removes part of what tells the sample apart; the batch, not chosen around
-    the sample, does not.
+    """Each sample's statistics are those of its ``n`` nearest samples in the pool (itself
+    included; LISC's cosine similarity of instance means, :mod:`~dyntta.norm.neighbours`), mixed
+    with the source at Schneider et al.'s weight ``N / (N + n)`` (NeurIPS 2020, Eq. 3).
 
     Args:
         neighbours: n >= 1.

@@ -100,29 +100,6 @@ def neighbourhood_stats(
     return centre, (var[index] + deviation).mean(1), deviation.mean(1)
 
 
-def halfway_to_batch(
-    mean: torch.Tensor, var: torch.Tensor, spread: torch.Tensor, mu: torch.Tensor,
-    s2: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Each sample's group statistics moved halfway to the batch's: the mean, variance and
-    spread of the instance means of an equal-weight mixture of the sample's group and the batch.
-
-    With the batch's ``m_b = mean_i mu_i``, ``d_b = mean_i (mu_i - m_b)^2`` and
-    ``v_b = mean_i s2_i + d_b``, by the law of total variance ``m = (m_g + m_b) / 2``,
-    ``v = (v_g + v_b) / 2 + (m_g - m_b)^2 / 4`` and ``d = (d_g + d_b) / 2 + (m_g - m_b)^2 / 4``.
-
-    Args:
-        mean, var, spread: (B, C) each sample's group statistics (:func:`neighbourhood_stats`).
-        mu, s2: (B, C) the batch's instance means and variances.
-    """
-    batch_mean = mu.mean(0)
-    deviation = (mu - batch_mean).square()
-    batch_spread = deviation.mean(0)
-    gap = 0.25 * (mean - batch_mean).square()
-    return (0.5 * (mean + batch_mean), 0.5 * (var + s2.mean(0) + batch_spread) + gap,
-            0.5 * (spread + batch_spread) + gap)
-
-
 def spread_ratio(spread: torch.Tensor, var: torch.Tensor, length: int, eps: float) -> torch.Tensor:
     """How much instance means vary, in units of the squared standard error IABN assumes.
 
