@@ -190,6 +190,13 @@ def synthetic_agreement(model, images: torch.Tensor, alphas: list[float], seed: 
     return alike / (len(batches) * BATCH * DRAWS)
 
 
+def stream_of(source, scenario: str, batch_size: int, seed: int, n_samples: int):
+    """The script's stream: 15 domains at severity 5, Wild with label shift delta 0.1."""
+    return make_stream(source.dataset, n_domains=15, severity=5, scenario=scenario,
+                       batch_size=batch_size, seed=seed, n_samples=n_samples,
+                       delta=0.1 if scenario == "wild" else None)
+
+
 def first_images(stream, n: int) -> torch.Tensor:
     """The first ``n`` images of ``stream``, in its order."""
     batches, seen = [], 0
@@ -244,9 +251,7 @@ def main(argv=None) -> None:
         for b in args.batch_sizes:
             runs = {label: ([], []) for label in labels}
             for seed in args.seeds:
-                stream = make_stream(source.dataset, n_domains=15, severity=5, scenario=scenario,
-                                     batch_size=b, seed=seed, n_samples=args.n_samples,
-                                     delta=0.1 if scenario == "wild" else None)
+                stream = stream_of(source, scenario, b, seed, args.n_samples)
                 for label in labels:
                     model, domains = build(label, source.model)
                     hits, sizes = run(model, stream, domains)
@@ -272,9 +277,7 @@ def print_agreement(source, args, name: str) -> None:
     for scenario in args.scenarios:
         agreement = torch.zeros(len(alphas))
         for seed in args.seeds:
-            stream = make_stream(source.dataset, n_domains=15, severity=5, scenario=scenario,
-                                 batch_size=64, seed=seed, n_samples=args.n_samples,
-                                 delta=0.1 if scenario == "wild" else None)
+            stream = stream_of(source, scenario, BATCH, seed, args.n_samples)
             images = first_images(stream, args.agreement)
             agreement += synthetic_agreement(source.model, images, alphas) / len(args.seeds)
         best = int(agreement.argmax())
