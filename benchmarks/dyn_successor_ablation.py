@@ -28,6 +28,9 @@ from dyntta.bench.runner import run_cell, source_for
 from dyntta.bench.sources import SourceOptions, resolve_source
 from dyntta.bench.stats import difference_interval
 
+# the grouping alone: no source, no instance rule, no deep window
+GROUPING = {"prior_strength": 1e-6, "balanced_alpha": 0.0, "balance_power": 0.0,
+            "instance_fraction": 0.0, "deep_window": 0}
 VARIANTS: dict[str, dict] = {  # dyn_adaptive's options: each constant moved, the others kept
     **{f"nb{n}": {"neighbours": n} for n in (16, 32)},
     **{f"prior{n}": {"prior_strength": float(n)} for n in (4, 8)},
@@ -35,15 +38,12 @@ VARIANTS: dict[str, dict] = {  # dyn_adaptive's options: each constant moved, th
     "if0.5-prior4": {"instance_fraction": 0.5, "prior_strength": 4.0},
     "if1-prior4": {"instance_fraction": 1.0, "prior_strength": 4.0},
     **{f"cf{f:g}": {"cluster_fraction": f} for f in (0.25, 0.75)},
+    # at B = 64 the neighbourhood layers take the batch, each sample's 64 most similar of the
+    # batch and the 192 samples before it, or all 256
+    "group-batch": {**GROUPING, "neighbours": 64, "shallow_window": 0},
+    "group-64of256": {**GROUPING, "neighbours": 64},
+    "group-256": {**GROUPING, "neighbours": 256},
 }
-# the grouping alone: no source, no instance rule, no deep window; at B = 64 the neighbourhood
-# layers take the batch, each sample's 64 most similar of the batch and the 192 samples before
-# it, or all 256
-GROUPING = {"prior_strength": 1e-6, "balanced_alpha": 0.0, "balance_power": 0.0,
-            "instance_fraction": 0.0, "deep_window": 0}
-VARIANTS["group-batch"] = {**GROUPING, "neighbours": 64, "shallow_window": 0}
-VARIANTS["group-64of256"] = {**GROUPING, "neighbours": 64}
-VARIANTS["group-256"] = {**GROUPING, "neighbours": 256}
 
 
 def read_labelled(path) -> list[dict]:
