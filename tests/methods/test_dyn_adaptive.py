@@ -17,6 +17,7 @@ from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d, WindowedNorm
 from dyntta.norm.mixing import label_balance_weight
 from tests.conftest import random_images, tiny_resnet
 from tests.norm.bn_helpers import random_bn
+from tests.norm.test_spectrum import blurred, noisy, smooth_images
 
 DEPTH = 4
 
@@ -218,6 +219,34 @@ def test_compiled_network_reads_the_deep_weight_the_method_sets():
             weights.append(float(compiled.deep_source_weight))
     torch._dynamo.reset()
     assert len({round(w, 6) for w in [0.8, *weights]}) > 1  # the weight did move
+
+
+def one_domain_then_mixture(b: int) -> list[torch.Tensor]:
+    base = smooth_images(2 * b, seed=7)
+    noise, blur = noisy(base, seed=8), blurred(base)
+    return [noise[:b], torch.cat([noise[b : b + b // 2], blur[b + b // 2 :]])]
+
+
+def test_neighbourhood_layers_take_the_batch_only_when_it_is_one_domain():
+    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive")
+    for x, expected in zip([*one_domain_then_mixture(32), one_domain_then_mixture(31)[0]],
+                           [True, False, False]):  # 31 images are too few to tell
+        with torch.no_grad():
+            method(x)
+        neighbourhood = [m for m in layers(method) if isinstance(m, NeighbourhoodNorm2d)]
+        assert neighbourhood and all(bool(m.one_domain) == expected for m in neighbourhood)
+
+
+def test_compiled_network_follows_the_one_domain_test():
+    torch._dynamo.reset()
+    model = tiny_resnet()
+    eager = dyntta.adapt(model, "dyn_adaptive", shallow_window=0, deep_window=0)
+    compiled = dyntta.adapt(model, "dyn_adaptive", shallow_window=0, deep_window=0,
+                            compile={"backend": "eager"})
+    with torch.no_grad():
+        for x in one_domain_then_mixture(32) * 2:
+            torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()
 
 
 @pytest.mark.parametrize(

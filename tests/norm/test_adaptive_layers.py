@@ -60,6 +60,23 @@ def test_neighbourhood_layer_is_the_n_nearest_samples_at_the_size_weight(n):
     torch.testing.assert_close(got[1], var)
 
 
+@pytest.mark.parametrize("n", [1, 4])
+def test_neighbourhood_layer_set_to_one_domain_takes_the_batch_at_the_size_weight(n):
+    bn = source_bn().double()
+    x = mixed_batch(b=10)
+    layer = NeighbourhoodNorm2d(bn, window=16, neighbours=n, prior_strength=4.0).double()
+    layer(x[:6])  # remembered samples, which the batch's one group leaves out
+    layer.one_domain.fill_(True)
+    mean, var = group_reference(x[6:], bn, None, 4.0 / (4.0 + 4))
+    got = layer.statistics(x[6:])
+    torch.testing.assert_close(got[0], mean)
+    torch.testing.assert_close(got[1], var)
+    torch.testing.assert_close(layer.window_mean, x.mean((2, 3)))  # the window records it
+    layer.one_domain.fill_(False)  # neighbourhoods again
+    assert not torch.allclose(layer.statistics(x[6:])[0], mean)
+    assert "one_domain" not in layer.state_dict()  # its owner's, set before each batch
+
+
 def test_pooled_layer_is_the_batch_at_the_weight_its_owner_sets():
     bn = source_bn().double()
     x = mixed_batch(b=12)

@@ -5,7 +5,9 @@ they run (found by one probe forward on the first batch):
 
 - the first ``cluster_fraction`` of them give each sample the statistics of its ``neighbours``
   nearest samples among the batch and the last ``shallow_window`` samples, with the source
-  weighted by that size (:class:`~dyntta.norm.adaptive.NeighbourhoodNorm2d`);
+  weighted by that size (:class:`~dyntta.norm.adaptive.NeighbourhoodNorm2d`); a batch whose
+  images' spectra say it is one domain (:func:`~dyntta.norm.spectrum.one_domain`) is one group
+  there instead;
 - the others pool the batch with the last ``deep_window`` samples, of which they keep those that
   look like the current pool at the last neighbourhood layer (:class:`~dyntta.norm.WindowMatch`)
   and, of those, the most recent ``deep_balance`` of each predicted class
@@ -19,7 +21,8 @@ they run (found by one probe forward on the first batch):
 
 Shallow layers' statistics carry the domain, deep ones' the labels (IBN-Net, Pan et al., ECCV
 2018): hence neighbourhoods and the instance rule in the first layers, label-balanced pools in
-the others. The measurements behind each rule and constant: RESULTS.md, "How `dyn_adaptive`'s
+the others. A sample's nearest samples share its content as well as its domain, so in a batch
+of one domain the batch serves better than any neighbourhood. The measurements behind each rule and constant: RESULTS.md, "How `dyn_adaptive`'s
 defaults were chosen" and "`dyn_adaptive` across architectures".
 
 State: each layer remembers its window of instance statistics; the method owns what several
@@ -41,6 +44,7 @@ from dyntta.methods.registry import register
 from dyntta.norm import ClassBalance, SourceBatchNorm2d, WindowMatch
 from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d, WindowedNorm2d
 from dyntta.norm.mixing import label_balance_weight
+from dyntta.norm.spectrum import one_domain
 
 FIRST_WEIGHT = DYNConfig.alpha
 """The deep layers' source weight before the first prediction: DYN's."""
@@ -104,9 +108,9 @@ class DYNAdaptiveConfig:
 
 @register
 class DYNAdaptive(NormalizationMethod):
-    """Beyond the DYN paper: size-weighted neighbourhoods in the first half of the BN layers,
-    label-balanced pools in the others, the instance rule in the first quarter (module
-    docstring). Every BN layer holds the source statistics until the first batch, whose probe
+    """Beyond the DYN paper: size-weighted neighbourhoods in the first half of the BN layers
+    (the batch, when it is one domain), label-balanced pools in the others, the instance rule in
+    the first quarter (module docstring). Every BN layer holds the source statistics until the first batch, whose probe
     forward orders the layers as they run and gives each its role. With ``compile=True`` it
     runs eager until its windows keep their size (:meth:`windows_steady`), then compiled.
     """
@@ -217,9 +221,12 @@ class DYNAdaptive(NormalizationMethod):
     def step(self, x: torch.Tensor) -> torch.Tensor:
         if self._placeholders:
             self.assign_roles(x)
+        pooled = one_domain(x)
         for m in self.layers():
             if isinstance(m, PooledNorm2d):
                 m.source_weight.copy_(self.deep_source_weight)
+            else:
+                m.one_domain.fill_(pooled)
         # compiled: eager while the windows fill, the compiled graph once their shapes hold
         steady = not self.compiled or self.windows_steady(x.shape[0])
         logits = self.model(x) if steady else self.model.forward(x)

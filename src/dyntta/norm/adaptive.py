@@ -4,7 +4,8 @@ with the instance statistics of the samples seen just before it.
 - :class:`WindowedNorm2d`: the window and what both layers share (the source mix and the
   instance rule);
 - :class:`NeighbourhoodNorm2d`: each sample takes the statistics of its ``n`` most similar
-  samples, the source weighted by that size;
+  samples, the source weighted by that size; a batch its owner marks as one domain is one
+  group;
 - :class:`PooledNorm2d`: one pool of the batch and the remembered samples a filter keeps, the
   source weighted by a weight its owner sets.
 """
@@ -136,15 +137,39 @@ def next_window(pool_mu: torch.Tensor, pool_s2: torch.Tensor, window: int
     return pool_mu.detach()[-window:].clone(), pool_s2.detach()[-window:].clone()
 
 
+def batch_group_statistics(
+    mu: torch.Tensor,
+    s2: torch.Tensor,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    prior_strength: float,
+    length: int,
+    k: float | None,
+    c: float,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:class:`NeighbourhoodNorm2d`'s ``(mean, var)`` for a batch of one domain: the batch as
+    one group of B, the source weighted ``N / (N + B)``, then the instance rule; (B, C) each."""
+    mean, var = pooled_statistics(mu, s2, mu, s2, mu.new_ones(mu.shape[0]), running_mean,
+                                  running_var, size_weight(mu.shape[0], prior_strength), length,
+                                  k, c, eps)
+    return mean.expand_as(mu).clone(), var.expand_as(mu).clone()
+
+
 def _neighbourhood_operator(
     mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None,
-    window_var: torch.Tensor | None, n_window: int, window: int, running_mean: torch.Tensor,
-    running_var: torch.Tensor, neighbours: int, prior_strength: float, length: int,
-    k: float | None, c: float, eps: float,
+    window_var: torch.Tensor | None, n_window: int, window: int, one_domain: torch.Tensor,
+    running_mean: torch.Tensor, running_var: torch.Tensor, neighbours: int,
+    prior_strength: float, length: int, k: float | None, c: float, eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     pool_mu, pool_s2 = pool_of(mu, s2, window_mean, window_var, n_window)
-    mean, var = neighbourhood_statistics(mu, s2, pool_mu, pool_s2, running_mean, running_var,
-                                         neighbours, prior_strength, length, k, c, eps)
+    if one_domain:
+        mean, var = batch_group_statistics(mu, s2, running_mean, running_var, prior_strength,
+                                           length, k, c, eps)
+    else:
+        mean, var = neighbourhood_statistics(mu, s2, pool_mu, pool_s2, running_mean,
+                                             running_var, neighbours, prior_strength, length,
+                                             k, c, eps)
     return mean, var, *next_window(pool_mu, pool_s2, window)
 
 
@@ -251,7 +276,9 @@ class WindowedNorm2d(SourceNorm2d):
 class NeighbourhoodNorm2d(WindowedNorm2d):
     """Each sample's statistics are those of its ``n`` nearest samples in the pool (itself
     included; LISC's cosine similarity of instance means, :mod:`~dyntta.norm.neighbours`), mixed
-    with the source at Schneider et al.'s weight ``N / (N + n)`` (NeurIPS 2020, Eq. 3).
+    with the source at Schneider et al.'s weight ``N / (N + n)`` (NeurIPS 2020, Eq. 3). While the
+    0-dim bool buffer ``one_domain`` is set (by its owner, before a batch; not saved), the batch
+    is one group of B instead (:func:`batch_group_statistics`); the window records it either way.
 
     Args:
         neighbours: n >= 1.
@@ -271,6 +298,7 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
         self.neighbours = neighbours
         self.prior_strength = prior_strength
         self.signature = signature
+        self.register_buffer("one_domain", torch.tensor(False), persistent=False)
 
     operator = staticmethod(_neighbourhood_operator)
     traced_operator = traced_neighbourhood
@@ -278,8 +306,8 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
     def arguments(self, mu, n_window, length):
         if self.signature is not None:
             self.signature.observe(mu)
-        return (self.running_mean, self.running_var, self.neighbours, self.prior_strength,
-                length, *self.rule(), self.eps)
+        return (self.one_domain, self.running_mean, self.running_var, self.neighbours,
+                self.prior_strength, length, *self.rule(), self.eps)
 
 
 class PooledNorm2d(WindowedNorm2d):

@@ -1,0 +1,74 @@
+"""Whether a batch of images comes from one domain, read from their spectra (beyond the DYN
+paper).
+
+Corruptions move where an image's energy sits across spatial frequencies (noise raises the high
+frequencies, blur and fog lower them, contrast and brightness scale them all), far more than the
+content of images of one domain does. Each image's signature is the log of its mean power in
+``BANDS`` radial frequency bands per channel; a batch is one domain when these spread across
+its samples by less than ``ONE_DOMAIN_SPREAD`` (the mean over the signature's entries of their
+standard deviation across the batch, in nats), and has at least ``MIN_IMAGES`` images.
+
+The constants come from the spreads the CIFAR-10 and digits test images give, not from any
+accuracy (``benchmarks/one_domain_spread.py``; RESULTS.md, "A batch of one domain, read from its
+spectra"): at severity 5 (seeds 0-2, the four stream scenarios), full batches of 64 from one
+corruption spread by 0.14 to 0.97 nats and batches that mix corruptions by 1.24 to 2.37; of
+batches of 32, none of one domain and 0-2.2% of the mixed ones fall on the wrong side of 1.2
+(of 16: up to 0.2% and 6.9%). They read the images only, so they do not depend on the network.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+BANDS = 4
+"""Radial frequency bands of the signature, of equal width up to the corner frequency."""
+
+ONE_DOMAIN_SPREAD = 1.2
+"""The largest spread (nats) of a batch's signatures that counts as one domain."""
+
+EDGE = 1e-9
+"""Bins this close below a band's edge count as on it."""
+
+MIN_IMAGES = 32
+"""The fewest images whose spread :func:`one_domain` trusts."""
+
+
+def log_band_power(x: torch.Tensor, bands: int = BANDS) -> torch.Tensor:
+    """Each image's log mean power per channel in ``bands`` radial frequency bands.
+
+    The power spectrum of each channel with its mean removed (``rfft2``); the radial frequency
+    ``sqrt(fy^2 + fx^2)`` (cycles per pixel) over that of the corner, ``sqrt(1/2)``, is cut into
+    ``bands`` equal intervals (a bin on an edge joins the band above), and each band's mean
+    power (plus 1e-8) is logged. A channel
+    scaled by ``a`` moves every entry by ``2 log a`` and an added constant moves none.
+
+    Args:
+        x: (B, C, H, W) images.
+
+    Returns:
+        (B, bands * C): band 0 of every channel, then band 1, ...
+    """
+    power = torch.fft.rfft2(x - x.mean((2, 3), keepdim=True)).abs().square()
+    fy = torch.fft.fftfreq(x.shape[2], dtype=torch.float64, device=x.device)[:, None]
+    fx = torch.fft.rfftfreq(x.shape[3], dtype=torch.float64, device=x.device)[None, :]
+    radius = torch.sqrt(fy.square() + fx.square()) / math.sqrt(0.5)
+    # a bin on an edge joins the band above it (whatever the rounding); the corner the last
+    band = torch.clamp((radius * bands + EDGE).long(), max=bands - 1)
+    per_band = []
+    for i in range(bands):
+        mask = (band == i).to(power.dtype)
+        per_band.append((power * mask).sum((2, 3)) / mask.sum().clamp_min(1.0))
+    return torch.cat(per_band, 1).add(1e-8).log()
+
+
+def one_domain(x: torch.Tensor, spread: float = ONE_DOMAIN_SPREAD) -> bool:
+    """Whether the images ``x`` look like one domain: their :func:`log_band_power` signatures
+    spread (mean over entries of the standard deviation across the batch) by less than
+    ``spread`` nats. False for fewer than ``MIN_IMAGES`` images or input that is not
+    (B, C, H, W)."""
+    if x.ndim != 4 or x.shape[0] < MIN_IMAGES:
+        return False
+    signature = log_band_power(x.detach().float())
+    return bool(signature.std(0).mean() < spread)

@@ -1,0 +1,81 @@
+"""The spectral signature of images and the one-domain test, against direct readings."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from dyntta.norm.spectrum import MIN_IMAGES, ONE_DOMAIN_SPREAD, log_band_power, one_domain
+
+
+def band_power_reference(x: np.ndarray, bands: int) -> np.ndarray:
+    """Per image and channel, written out bin by bin: the mean-removed channel's power
+    spectrum, each bin's radial frequency over the corner's, cut into ``bands`` equal bands."""
+    b, c, h, w = x.shape
+    out = np.zeros((b, bands * c))
+    for i in range(b):
+        for ch in range(c):
+            power = np.abs(np.fft.rfft2(x[i, ch] - x[i, ch].mean())) ** 2
+            sums, counts = np.zeros(bands), np.zeros(bands)
+            for ky in range(power.shape[0]):
+                fy = (ky if ky <= (h - 1) // 2 else ky - h) / h
+                for kx in range(power.shape[1]):
+                    radius = math.sqrt(fy * fy + (kx / w) ** 2) / math.sqrt(0.5)
+                    band = min(int(radius * bands + 1e-9), bands - 1)  # an edge's bin: the band above
+                    sums[band] += power[ky, kx]
+                    counts[band] += 1
+            for band in range(bands):
+                out[i, band * c + ch] = math.log(sums[band] / max(counts[band], 1) + 1e-8)
+    return out
+
+
+def smooth_images(b: int, seed: int, size: int = 16) -> torch.Tensor:
+    """Images with the falling spectrum of natural ones: smoothed noise."""
+    g = torch.Generator().manual_seed(seed)
+    return F.avg_pool2d(torch.rand(b, 3, size + 4, size + 4, generator=g), 5, 1)
+
+
+def noisy(x: torch.Tensor, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (x + 0.3 * torch.randn(x.shape, generator=g)).clamp(0.0, 1.0)
+
+
+def blurred(x: torch.Tensor) -> torch.Tensor:
+    return F.avg_pool2d(x, 5, 1, 2, count_include_pad=False)
+
+
+@pytest.mark.parametrize("bands,size", [(4, (8, 8)), (3, (7, 10))])
+def test_band_power_is_the_mean_power_of_each_radial_band(bands, size):
+    x = torch.rand(2, 3, *size, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    np.testing.assert_allclose(log_band_power(x, bands).numpy(),
+                               band_power_reference(x.numpy(), bands), rtol=1e-10)
+
+
+def test_a_channel_scaled_by_a_moves_its_entries_by_2_log_a_and_a_shift_moves_none():
+    x = smooth_images(4, seed=2).double()
+    scale = torch.tensor([0.5, 2.0, 3.0], dtype=torch.float64)[None, :, None, None]
+    moved = log_band_power(x * scale + 7.0) - log_band_power(x)
+    expected = (2 * scale.log()).reshape(1, 3).repeat(1, 4).expand_as(moved)
+    torch.testing.assert_close(moved, expected, rtol=0, atol=1e-5)  # the 1e-8 floor
+
+
+def test_one_corruption_is_one_domain_and_a_mixture_is_not():
+    base = smooth_images(2 * MIN_IMAGES, seed=3)
+    noise, blur = noisy(base, seed=4), blurred(base)
+    assert one_domain(noise[:MIN_IMAGES]) and one_domain(blur[:MIN_IMAGES])
+    half = MIN_IMAGES // 2
+    mixture = torch.cat([noise[:half], blur[half:MIN_IMAGES]])
+    assert not one_domain(mixture)
+    spread = float(log_band_power(mixture).std(0).mean())
+    assert one_domain(mixture, spread=spread + 1e-3) and spread > ONE_DOMAIN_SPREAD
+
+
+def test_too_few_images_or_input_that_is_not_images_is_never_one_domain():
+    x = noisy(smooth_images(MIN_IMAGES, seed=5), seed=6)
+    assert one_domain(x)
+    assert not one_domain(x[:-1])
+    assert not one_domain(x.flatten(2))
