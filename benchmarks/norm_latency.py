@@ -10,6 +10,8 @@ ratios to TBN (each method against the TBN call of the same repeat) with a 95% b
 interval, which a machine whose speed drifts between repeats moves less. ``--batches 1`` (the
 default) repeats one batch, whose copies fill ``dyn_adaptive``'s deep window and all pass its
 match: the window's largest cost; ``--batches K`` cycles K different batches, as a stream does.
+The batches are uniform noise, one domain to ``dyn_adaptive``'s spectral test (its first layers
+pool the batch); ``--mixed`` blurs half of each, two domains (they search neighbours).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import statistics
 import time
 
 import torch
+from torch.nn import functional as F
 
 import dyntta
 from dyntta.bench.stats import median_interval
@@ -31,14 +34,25 @@ METHODS["dyn_adaptive shallow64"] = ("dyn_adaptive", {"shallow_window": 64})
 METHODS["dyn_adaptive rule-in-every-layer"] = ("dyn_adaptive", {"instance_fraction": 1.0})
 
 
+def inputs(batch: int, batches: int, mixed: bool) -> list[torch.Tensor]:
+    """Uniform noise images, one domain to ``dyn_adaptive``'s spectral test; ``mixed``: the
+    second half of each batch blurred (9 x 9 box), so that its spectra say two domains and
+    ``dyn_adaptive``'s neighbourhood layers search neighbours."""
+    xs = [torch.rand(batch, 3, 32, 32) for _ in range(batches)]
+    if mixed:
+        for x in xs:
+            x[batch // 2 :] = F.avg_pool2d(x[batch // 2 :], 9, 1, 4, count_include_pad=False)
+    return xs
+
+
 def time_methods(arch: str, batch: int, repeats: int, warmup: int, clock, batches: int,
-                 labels: list[str]) -> dict[str, list[float]]:
+                 labels: list[str], mixed: bool = False) -> dict[str, list[float]]:
     """Each method's time per repeat (the repeats' i-th entries were timed in turn)."""
     torch.manual_seed(0)
     model = Normalized(build(arch), (0.5,) * 3, (0.25,) * 3).eval()
     methods = {label: dyntta.adapt(model, METHODS[label][0], **METHODS[label][1])
                for label in labels}
-    xs = [torch.rand(batch, 3, 32, 32) for _ in range(batches)]
+    xs = inputs(batch, batches, mixed)
     times: dict[str, list[float]] = {name: [] for name in labels}
     with torch.inference_mode():
         for i in range(warmup + repeats):
@@ -61,6 +75,9 @@ def main() -> None:
                         help="different batches cycled (1: one batch repeated)")
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS),
                         help="the methods to time (source and tbn always)")
+    parser.add_argument("--mixed", action="store_true",
+                        help="batches whose halves differ in spectrum (two domains) instead of "
+                        "uniform noise (one domain): dyn_adaptive's neighbour search runs")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="wall: elapsed time; cpu: this process's CPU time (for a shared "
@@ -73,13 +90,15 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     clock = time.perf_counter if args.clock == "wall" else time.process_time
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.clock} clock, "
-          f"median of {args.repeats}, {args.batches} different batch(es)")
+          f"median of {args.repeats}, {args.batches} different batch(es), "
+          f"{'two domains' if args.mixed else 'one domain'} per batch")
     print("| arch | B | method | ms / batch | / source | / TBN | paired / TBN [95%] |")
     print("|---|---:|---|---:|---:|---:|---|")
     for arch in args.archs:
         for batch in args.batch_sizes:
             repeats = args.repeats if arch != "resnet50" or batch < 256 else max(3, args.repeats // 3)
-            times = time_methods(arch, batch, repeats, args.warmup, clock, args.batches, labels)
+            times = time_methods(arch, batch, repeats, args.warmup, clock, args.batches, labels,
+                                 args.mixed)
             med = {name: statistics.median(t) for name, t in times.items()}
             for name in labels:
                 paired = median_interval([t / u for t, u in zip(times[name], times["tbn"])])

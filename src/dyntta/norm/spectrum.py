@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.nn import functional as F
 
 BANDS = 4
 """Radial frequency bands of the signature, of equal width up to the corner frequency."""
@@ -41,8 +42,8 @@ def log_band_power(x: torch.Tensor, bands: int = BANDS) -> torch.Tensor:
     The power spectrum of each channel with its mean removed (``rfft2``); the radial frequency
     ``sqrt(fy^2 + fx^2)`` (cycles per pixel) over that of the corner, ``sqrt(1/2)``, is cut into
     ``bands`` equal intervals (a bin on an edge joins the band above), and each band's mean
-    power (plus 1e-8) is logged. A channel
-    scaled by ``a`` moves every entry by ``2 log a`` and an added constant moves none.
+    power (plus 1e-8) is logged. A channel scaled by ``a`` moves every entry by ``2 log a`` and
+    an added constant moves none.
 
     Args:
         x: (B, C, H, W) images.
@@ -50,17 +51,16 @@ def log_band_power(x: torch.Tensor, bands: int = BANDS) -> torch.Tensor:
     Returns:
         (B, bands * C): band 0 of every channel, then band 1, ...
     """
-    power = torch.fft.rfft2(x - x.mean((2, 3), keepdim=True)).abs().square()
+    spectrum = torch.fft.rfft2(x - x.mean((2, 3), keepdim=True))
+    power = (spectrum.real.square() + spectrum.imag.square()).flatten(2)  # (B, C, bins)
     fy = torch.fft.fftfreq(x.shape[2], dtype=torch.float64, device=x.device)[:, None]
     fx = torch.fft.rfftfreq(x.shape[3], dtype=torch.float64, device=x.device)[None, :]
     radius = torch.sqrt(fy.square() + fx.square()) / math.sqrt(0.5)
     # a bin on an edge joins the band above it (whatever the rounding); the corner the last
-    band = torch.clamp((radius * bands + EDGE).long(), max=bands - 1)
-    per_band = []
-    for i in range(bands):
-        mask = (band == i).to(power.dtype)
-        per_band.append((power * mask).sum((2, 3)) / mask.sum().clamp_min(1.0))
-    return torch.cat(per_band, 1).add(1e-8).log()
+    band = torch.clamp((radius * bands + EDGE).long(), max=bands - 1).flatten()
+    average = F.one_hot(band, bands).to(power.dtype)  # (bins, bands): each band's mean
+    average = average / average.sum(0).clamp_min(1.0)
+    return (power @ average).transpose(1, 2).reshape(x.shape[0], -1).add(1e-8).log()
 
 
 def one_domain(x: torch.Tensor, spread: float = ONE_DOMAIN_SPREAD) -> bool:
