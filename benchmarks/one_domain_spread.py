@@ -56,7 +56,8 @@ def main() -> None:
     parser.add_argument("--cache-dir")
     parser.add_argument("--dataset", choices=list(DATASETS), default="npz")
     parser.add_argument("--path", help="the dataset's file, in place of the dataset's")
-    parser.add_argument("--scenarios", nargs="+", default=["continual", "crossmix", "random", "wild"])
+    parser.add_argument("--scenarios", nargs="+",
+                        default=["continual", "crossmix", "random", "wild"])
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[64, 32, 16])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--n-samples", type=int, default=100, help="rows per domain")

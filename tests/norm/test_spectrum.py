@@ -25,7 +25,8 @@ def band_power_reference(x: np.ndarray, bands: int) -> np.ndarray:
                 fy = (ky if ky <= (h - 1) // 2 else ky - h) / h
                 for kx in range(power.shape[1]):
                     radius = math.sqrt(fy * fy + (kx / w) ** 2) / math.sqrt(0.5)
-                    band = min(int(radius * bands + 1e-9), bands - 1)  # an edge's bin: the band above
+                    # a bin on an edge: the band above
+                    band = min(int(radius * bands + 1e-9), bands - 1)
                     sums[band] += power[ky, kx]
                     counts[band] += 1
             for band in range(bands):

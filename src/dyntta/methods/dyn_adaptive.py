@@ -22,12 +22,14 @@ they run (found by one probe forward on the first batch):
 Shallow layers' statistics carry the domain, deep ones' the labels (IBN-Net, Pan et al., ECCV
 2018): hence neighbourhoods and the instance rule in the first layers, label-balanced pools in
 the others. A sample's nearest samples share its content as well as its domain, so in a batch
-of one domain the batch serves better than any neighbourhood. The measurements behind each rule and constant: RESULTS.md, "How `dyn_adaptive`'s
-defaults were chosen" and "`dyn_adaptive` across architectures".
+of one domain the batch serves better than any neighbourhood. The measurements behind each rule
+and constant: RESULTS.md, "How `dyn_adaptive`'s defaults were chosen" and "`dyn_adaptive`
+across architectures".
 
 State: each layer remembers its window of instance statistics; the method owns what several
-layers share: the deep layers' source weight (buffer ``deep_source_weight``), the last
-predictions and the two window filters.
+layers share: the deep layers' source weight (buffer ``deep_source_weight``), the one-domain
+decision it sets in the neighbourhood layers before each batch, the last predictions and the
+two window filters.
 """
 
 from __future__ import annotations
@@ -110,9 +112,10 @@ class DYNAdaptiveConfig:
 class DYNAdaptive(NormalizationMethod):
     """Beyond the DYN paper: size-weighted neighbourhoods in the first half of the BN layers
     (the batch, when it is one domain), label-balanced pools in the others, the instance rule in
-    the first quarter (module docstring). Every BN layer holds the source statistics until the first batch, whose probe
-    forward orders the layers as they run and gives each its role. With ``compile=True`` it
-    runs eager until its windows keep their size (:meth:`windows_steady`), then compiled.
+    the first quarter (module docstring). Every BN layer holds the source statistics until the
+    first batch, whose probe forward orders the layers as they run and gives each its role.
+    With ``compile=True`` it runs eager until its windows keep their size
+    (:meth:`windows_steady`), then compiled.
     """
 
     name = "dyn_adaptive"
