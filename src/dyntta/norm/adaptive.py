@@ -137,25 +137,6 @@ def next_window(pool_mu: torch.Tensor, pool_s2: torch.Tensor, window: int
     return pool_mu.detach()[-window:].clone(), pool_s2.detach()[-window:].clone()
 
 
-def batch_group_statistics(
-    mu: torch.Tensor,
-    s2: torch.Tensor,
-    running_mean: torch.Tensor,
-    running_var: torch.Tensor,
-    prior_strength: float,
-    length: int,
-    k: float | None,
-    c: float,
-    eps: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """:class:`NeighbourhoodNorm2d`'s ``(mean, var)`` for a batch of one domain: the batch as
-    one group of B, the source weighted ``N / (N + B)``, then the instance rule; (B, C) each."""
-    mean, var = pooled_statistics(mu, s2, mu, s2, mu.new_ones(mu.shape[0]), running_mean,
-                                  running_var, size_weight(mu.shape[0], prior_strength), length,
-                                  k, c, eps)
-    return mean.expand_as(mu).clone(), var.expand_as(mu).clone()
-
-
 def _neighbourhood_operator(
     mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None,
     window_var: torch.Tensor | None, n_window: int, window: int, one_domain: torch.Tensor,
@@ -163,9 +144,11 @@ def _neighbourhood_operator(
     prior_strength: float, length: int, k: float | None, c: float, eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     pool_mu, pool_s2 = pool_of(mu, s2, window_mean, window_var, n_window)
-    if one_domain:
-        mean, var = batch_group_statistics(mu, s2, running_mean, running_var, prior_strength,
-                                           length, k, c, eps)
+    if one_domain:  # the batch as one group of B, the source weighted N / (N + B); (B, C) each
+        mean, var = pooled_statistics(mu, s2, mu, s2, mu.new_ones(mu.shape[0]), running_mean,
+                                      running_var, size_weight(mu.shape[0], prior_strength),
+                                      length, k, c, eps)
+        mean, var = mean.expand_as(mu).clone(), var.expand_as(mu).clone()
     else:
         mean, var = neighbourhood_statistics(mu, s2, pool_mu, pool_s2, running_mean,
                                              running_var, neighbours, prior_strength, length,
@@ -278,7 +261,8 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
     included; LISC's cosine similarity of instance means, :mod:`~dyntta.norm.neighbours`), mixed
     with the source at Schneider et al.'s weight ``N / (N + n)`` (NeurIPS 2020, Eq. 3). While the
     0-dim bool buffer ``one_domain`` is set (by its owner, before a batch; not saved), the batch
-    is one group of B instead (:func:`batch_group_statistics`); the window records it either way.
+    is one group of B instead, the source weighted ``N / (N + B)`` (:func:`pooled_statistics`
+    of the batch); the window records it either way.
 
     Args:
         neighbours: n >= 1.
