@@ -169,28 +169,6 @@ def test_pooled_layer_leaves_out_the_rows_its_filter_drops():
     torch.testing.assert_close(layer(x[8:11]), plain(kept)[-3:])
 
 
-def test_pooled_layer_set_to_one_domain_takes_the_batch_alone():
-    class Every(object):
-        """Keeps every remembered sample."""
-
-        def keep(self, n_window, batch_size):
-            return torch.ones(n_window, dtype=torch.bool)
-
-    bn = source_bn().double()
-    x = mixed_batch(b=12)
-    layer = PooledNorm2d(bn, 8, 0.5, keep=Every()).double()
-    layer(x[:8])
-    layer.one_domain.fill_(True)
-    mean, var = group_reference(x[8:11], bn, None, 0.5)  # the 5 remembered samples left out
-    got = layer.statistics(x[8:11])
-    torch.testing.assert_close(got[0], mean[0])
-    torch.testing.assert_close(got[1], var[0])
-    torch.testing.assert_close(layer.window_mean, x[3:11].mean((2, 3)))  # the window records it
-    layer.one_domain.fill_(False)  # the pool again
-    assert not torch.allclose(layer.statistics(x[8:11])[0], mean[0])
-    assert "one_domain" not in layer.state_dict()
-
-
 def test_fused_normalisation_matches_the_broadcast_one():
     bn = source_bn()
     layer = NeighbourhoodNorm2d(bn, 8, 4, 16.0, (3.0, 2.0))

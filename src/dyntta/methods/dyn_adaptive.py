@@ -5,7 +5,9 @@ they run (found by one probe forward on the first batch):
 
 - the first ``cluster_fraction`` of them give each sample the statistics of its ``neighbours``
   nearest samples among the batch and the last ``shallow_window`` samples, with the source
-  weighted by that size (:class:`~dyntta.norm.adaptive.NeighbourhoodNorm2d`);
+  weighted by that size (:class:`~dyntta.norm.adaptive.NeighbourhoodNorm2d`); a batch whose
+  images' spectra say it is one domain (:func:`~dyntta.norm.spectrum.one_domain`) is one group
+  there instead;
 - the others pool the batch with the last ``deep_window`` samples, of which they keep those that
   look like the current pool at the last neighbourhood layer (:class:`~dyntta.norm.WindowMatch`)
   and, of those, the most recent ``deep_balance`` of each predicted class
@@ -13,9 +15,6 @@ they run (found by one probe forward on the first batch):
   follows how evenly the last ``window`` predictions spread over the classes
   (:func:`~dyntta.norm.mixing.label_balance_weight`;
   :class:`~dyntta.norm.adaptive.PooledNorm2d`);
-- a batch whose images' spectra say it is one domain (:func:`~dyntta.norm.spectrum.one_domain`)
-  is one group of its own in every layer instead: no neighbourhood, no remembered sample, the
-  source weighted ``N / (N + B)`` by the batch's size B;
 - the first ``instance_fraction`` of them apply NOTE's instance-aware rule around those
   statistics, with a band widened per channel to the spread of instance means actually observed
   (:func:`~dyntta.norm.adaptive.widened_instance_rule`).
@@ -23,14 +22,14 @@ they run (found by one probe forward on the first batch):
 Shallow layers' statistics carry the domain, deep ones' the labels (IBN-Net, Pan et al., ECCV
 2018): hence neighbourhoods and the instance rule in the first layers, label-balanced pools in
 the others. A sample's nearest samples share its content as well as its domain, so in a batch
-of one domain the batch serves better than any neighbourhood or window. The measurements behind
-each rule and constant: RESULTS.md, "How `dyn_adaptive`'s defaults were chosen" and
-"`dyn_adaptive` across architectures".
+of one domain the batch serves better than any neighbourhood. The measurements behind each rule
+and constant: RESULTS.md, "How `dyn_adaptive`'s defaults were chosen" and "`dyn_adaptive`
+across architectures".
 
 State: each layer remembers its window of instance statistics; the method owns what several
-layers share: the deep layers' source weight for mixed batches (buffer
-``deep_source_weight``), the one-domain decision it sets in every layer before each batch, the
-last predictions and the two window filters.
+layers share: the deep layers' source weight (buffer ``deep_source_weight``), the one-domain
+decision it sets in the neighbourhood layers before each batch, the last predictions and the
+two window filters.
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ from dyntta.methods.normalization import NormalizationMethod
 from dyntta.methods.registry import register
 from dyntta.norm import ClassBalance, SourceBatchNorm2d, WindowMatch
 from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d, WindowedNorm2d
-from dyntta.norm.mixing import label_balance_weight, size_weight
+from dyntta.norm.mixing import label_balance_weight
 from dyntta.norm.spectrum import one_domain
 
 FIRST_WEIGHT = DYNConfig.alpha
@@ -111,11 +110,10 @@ class DYNAdaptiveConfig:
 
 @register
 class DYNAdaptive(NormalizationMethod):
-    """Beyond the DYN paper: size-weighted neighbourhoods in the first half of the BN layers,
-    label-balanced pools in the others (the batch alone in every layer, when it is one domain),
-    the instance rule in the first quarter (module docstring). Every BN layer holds the source
-    statistics until the first batch, whose probe forward orders the layers as they run and
-    gives each its role.
+    """Beyond the DYN paper: size-weighted neighbourhoods in the first half of the BN layers
+    (the batch, when it is one domain), label-balanced pools in the others, the instance rule in
+    the first quarter (module docstring). Every BN layer holds the source statistics until the
+    first batch, whose probe forward orders the layers as they run and gives each its role.
     With ``compile=True`` it runs eager until its windows keep their size
     (:meth:`windows_steady`), then compiled.
     """
@@ -227,12 +225,11 @@ class DYNAdaptive(NormalizationMethod):
         if self._placeholders:
             self.assign_roles(x)
         pooled = one_domain(x)
-        deep_weight = size_weight(x.shape[0], self.config.prior_strength) if pooled else \
-            self.deep_source_weight
         for m in self.layers():
-            m.one_domain.fill_(pooled)
             if isinstance(m, PooledNorm2d):
-                m.source_weight.fill_(deep_weight)
+                m.source_weight.copy_(self.deep_source_weight)
+            else:
+                m.one_domain.fill_(pooled)
         # compiled: eager while the windows fill, the compiled graph once their shapes hold
         steady = not self.compiled or self.windows_steady(x.shape[0])
         logits = self.model(x) if steady else self.model.forward(x)

@@ -209,10 +209,6 @@ class WindowedNorm2d(SourceNorm2d):
     :func:`widened_instance_rule`.
     Normalises in the fused kernel (:func:`~dyntta.norm.normalize`).
 
-    While the 0-dim bool buffer ``one_domain`` is set (by its owner, before a batch; not saved),
-    the batch is one group of its own: the subclasses leave the remembered samples out of the
-    statistics, and the window records the batch either way.
-
     Args:
         bn: the source BatchNorm2d.
         window: W >= 0 samples to remember. Stateful: :meth:`reset_window` empties it.
@@ -228,7 +224,6 @@ class WindowedNorm2d(SourceNorm2d):
             raise ValueError(f"window must be >= 0 (samples), got {window}")
         self.window = window
         self.instance = instance
-        self.register_buffer("one_domain", torch.tensor(False), persistent=False)
         self.reset_window()
 
     def reset_window(self) -> None:
@@ -264,9 +259,10 @@ class WindowedNorm2d(SourceNorm2d):
 class NeighbourhoodNorm2d(WindowedNorm2d):
     """Each sample's statistics are those of its ``n`` nearest samples in the pool (itself
     included; LISC's cosine similarity of instance means, :mod:`~dyntta.norm.neighbours`), mixed
-    with the source at Schneider et al.'s weight ``N / (N + n)`` (NeurIPS 2020, Eq. 3); a batch
-    of one domain is one group of B instead, the source weighted ``N / (N + B)``
-    (:func:`pooled_statistics` of the batch).
+    with the source at Schneider et al.'s weight ``N / (N + n)`` (NeurIPS 2020, Eq. 3). While the
+    0-dim bool buffer ``one_domain`` is set (by its owner, before a batch; not saved), the batch
+    is one group of B instead, the source weighted ``N / (N + B)`` (:func:`pooled_statistics`
+    of the batch); the window records it either way.
 
     Args:
         neighbours: n >= 1.
@@ -286,6 +282,7 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
         self.neighbours = neighbours
         self.prior_strength = prior_strength
         self.signature = signature
+        self.register_buffer("one_domain", torch.tensor(False), persistent=False)
 
     operator = staticmethod(_neighbourhood_operator)
     traced_operator = traced_neighbourhood
@@ -298,9 +295,9 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
 
 
 class PooledNorm2d(WindowedNorm2d):
-    """One group: the batch and the remembered samples ``keep`` keeps (none for a batch of one
-    domain), mixed with the source at the 0-dim buffer ``source_weight`` (not saved: its owner
-    sets it before each batch; a buffer, so compiled code reads its current value).
+    """One group: the batch and the remembered samples ``keep`` keeps, mixed with the source at
+    the 0-dim buffer ``source_weight`` (not saved: its owner sets it before each batch; a
+    buffer, so compiled code reads its current value).
 
     Args:
         keep: None (keep every remembered sample) or a filter whose ``keep(n_window, batch)``
@@ -318,11 +315,11 @@ class PooledNorm2d(WindowedNorm2d):
 
     def kept(self, n_window: int, b: int, like: torch.Tensor) -> torch.Tensor:
         """(n_window + b,) weights of the pool's rows: 1 for the batch and the remembered rows
-        the filter keeps, 0 for the others and for every remembered row while ``one_domain``
-        is set (no data-dependent shape to compile)."""
-        kept = like.new_ones(n_window) if self.keep is None or not n_window else \
-            self.keep.keep(n_window, b).to(like.dtype)
-        return torch.cat([kept * ~self.one_domain, like.new_ones(b)])
+        the filter keeps, 0 for the others (no data-dependent shape to compile)."""
+        if self.keep is None or not n_window:
+            return like.new_ones(n_window + b)
+        kept = self.keep.keep(n_window, b)
+        return torch.cat([kept, kept.new_ones(b)]).to(like.dtype)
 
     operator = staticmethod(_pooled_operator)
     traced_operator = traced_pooled
