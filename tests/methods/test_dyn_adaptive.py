@@ -227,14 +227,25 @@ def one_domain_then_mixture(b: int) -> list[torch.Tensor]:
     return [noise[:b], torch.cat([noise[b : b + b // 2], blur[b + b // 2 :]])]
 
 
-def test_neighbourhood_layers_take_the_batch_only_when_it_is_one_domain():
+def test_neighbourhood_layers_pool_the_last_images_only_when_they_are_one_domain():
+    """The spectral test reads the batch topped up to 32 images with the images before it."""
     method = dyntta.adapt(tiny_resnet(), "dyn_adaptive")
-    for x, expected in zip([*one_domain_then_mixture(32), one_domain_then_mixture(31)[0]],
-                           [True, False, False]):  # 31 images are too few to tell
+    base = smooth_images(160, seed=7)
+    noise, blur = noisy(base, seed=8), blurred(base)
+    mixture = torch.cat([blur[120:136], noise[104:120]])
+    batches = [noise[:16], noise[16:32], blur[32:48], blur[48:64], noise[64:104], mixture,
+               blur[136:160]]
+    # 16 images are too few; then 32 of one domain; 16 of each; 32 blurred; a batch of 40;
+    # a mixture of 32; 24 blurred after its 16 noisy ones (the last 32 images mix)
+    for x, expected in zip(batches, [0, 32, 0, 32, 40, 0, 0]):
         with torch.no_grad():
             method(x)
         neighbourhood = [m for m in layers(method) if isinstance(m, NeighbourhoodNorm2d)]
-        assert neighbourhood and all(bool(m.one_domain) == expected for m in neighbourhood)
+        assert neighbourhood and all(int(m.domain_rows) == expected for m in neighbourhood)
+    assert method._signatures.shape[0] == 32
+    assert method.domain_rows(noise[:40].flatten(2)) == 0  # not images
+    method.reset()
+    assert method._signatures is None
 
 
 def test_compiled_network_follows_the_one_domain_test():

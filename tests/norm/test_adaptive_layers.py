@@ -61,20 +61,24 @@ def test_neighbourhood_layer_is_the_n_nearest_samples_at_the_size_weight(n):
 
 
 @pytest.mark.parametrize("n", [1, 4])
-def test_neighbourhood_layer_set_to_one_domain_takes_the_batch_at_the_size_weight(n):
+@pytest.mark.parametrize("rows", [4, 7, 30])
+def test_neighbourhood_layer_set_to_one_domain_takes_its_last_rows_at_the_size_weight(n, rows):
+    """The last ``rows`` samples (the batch of 4 and, beyond it, the most recent remembered
+    ones, as many as the window holds) are one group."""
     bn = source_bn().double()
     x = mixed_batch(b=10)
     layer = NeighbourhoodNorm2d(bn, window=16, neighbours=n, prior_strength=4.0).double()
-    layer(x[:6])  # remembered samples, which the batch's one group leaves out
-    layer.one_domain.fill_(True)
-    mean, var = group_reference(x[6:], bn, None, 4.0 / (4.0 + 4))
+    layer(x[:6])  # remembered samples
+    layer.domain_rows.fill_(rows)
+    group = x[max(0, 10 - rows) :]
+    mean, var = group_reference(group, bn, None, 4.0 / (4.0 + group.shape[0]))
     got = layer.statistics(x[6:])
-    torch.testing.assert_close(got[0], mean)
-    torch.testing.assert_close(got[1], var)
+    torch.testing.assert_close(got[0], mean[-4:])
+    torch.testing.assert_close(got[1], var[-4:])
     torch.testing.assert_close(layer.window_mean, x.mean((2, 3)))  # the window records it
-    layer.one_domain.fill_(False)  # neighbourhoods again
-    assert not torch.allclose(layer.statistics(x[6:])[0], mean)
-    assert "one_domain" not in layer.state_dict()  # its owner's, set before each batch
+    layer.domain_rows.fill_(0)  # neighbourhoods again
+    assert not torch.allclose(layer.statistics(x[6:])[0], mean[-4:])
+    assert "domain_rows" not in layer.state_dict()  # its owner's, set before each batch
 
 
 def test_pooled_layer_is_the_batch_at_the_weight_its_owner_sets():

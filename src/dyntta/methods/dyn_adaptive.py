@@ -5,9 +5,10 @@ they run (found by one probe forward on the first batch):
 
 - the first ``cluster_fraction`` of them give each sample the statistics of its ``neighbours``
   nearest samples among the batch and the last ``shallow_window`` samples, with the source
-  weighted by that size (:class:`~dyntta.norm.adaptive.NeighbourhoodNorm2d`); a batch whose
-  images' spectra say it is one domain (:func:`~dyntta.norm.spectrum.one_domain`) is one group
-  there instead;
+  weighted by that size (:class:`~dyntta.norm.adaptive.NeighbourhoodNorm2d`); where the
+  spectra of the batch's images, topped up to ``MIN_IMAGES`` (32) with the images just before
+  it, say they are one domain (:func:`~dyntta.norm.spectrum.one_domain`), those images are one
+  group there instead;
 - the others pool the batch with the last ``deep_window`` samples, of which they keep those that
   look like the current pool at the last neighbourhood layer (:class:`~dyntta.norm.WindowMatch`)
   and, of those, the most recent ``deep_balance`` of each predicted class
@@ -27,9 +28,9 @@ and constant: RESULTS.md, "How `dyn_adaptive`'s defaults were chosen" and "`dyn_
 across architectures".
 
 State: each layer remembers its window of instance statistics; the method owns what several
-layers share: the deep layers' source weight (buffer ``deep_source_weight``), the one-domain
-decision it sets in the neighbourhood layers before each batch, the last predictions and the
-two window filters.
+layers share: the deep layers' source weight (buffer ``deep_source_weight``), the spectral
+signatures of the last images and the one-domain decision it sets in the neighbourhood layers
+before each batch, the last predictions and the two window filters.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from dyntta.methods.registry import register
 from dyntta.norm import ClassBalance, SourceBatchNorm2d, WindowMatch
 from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d, WindowedNorm2d
 from dyntta.norm.mixing import label_balance_weight
-from dyntta.norm.spectrum import one_domain
+from dyntta.norm.spectrum import MIN_IMAGES, log_band_power, one_domain
 
 FIRST_WEIGHT = DYNConfig.alpha
 """The deep layers' source weight before the first prediction: DYN's."""
@@ -111,9 +112,10 @@ class DYNAdaptiveConfig:
 @register
 class DYNAdaptive(NormalizationMethod):
     """Beyond the DYN paper: size-weighted neighbourhoods in the first half of the BN layers
-    (the batch, when it is one domain), label-balanced pools in the others, the instance rule in
-    the first quarter (module docstring). Every BN layer holds the source statistics until the
-    first batch, whose probe forward orders the layers as they run and gives each its role.
+    (the last images, when they are one domain), label-balanced pools in the others, the
+    instance rule in the first quarter (module docstring). Every BN layer holds the source
+    statistics until the first batch, whose probe forward orders the layers as they run and
+    gives each its role.
     With ``compile=True`` it runs eager until its windows keep their size
     (:meth:`windows_steady`), then compiled.
     """
@@ -220,16 +222,30 @@ class DYNAdaptive(NormalizationMethod):
             match.current.shape[0] == match.memory + batch_size and \
             classes is not None and classes.shape[0] >= self._balance.memory
 
+    def domain_rows(self, x: torch.Tensor) -> int:
+        """How many of the last images, the batch ``x`` (B images) and those before it, are one
+        domain: ``max(B, MIN_IMAGES)`` when the spectra of that many say so
+        (:func:`~dyntta.norm.spectrum.one_domain`), else 0 (and for input that is not images).
+        Remembers the last ``MIN_IMAGES`` images' signatures."""
+        if x.ndim != 4:
+            return 0
+        recent = log_band_power(x.detach().float())
+        if self._signatures is not None:
+            recent = torch.cat([self._signatures, recent])
+        self._signatures = recent[-MIN_IMAGES:]
+        recent = recent[-max(x.shape[0], MIN_IMAGES) :]
+        return recent.shape[0] if one_domain(recent) else 0
+
     @torch.no_grad()
     def step(self, x: torch.Tensor) -> torch.Tensor:
         if self._placeholders:
             self.assign_roles(x)
-        pooled = one_domain(x)
+        rows = self.domain_rows(x)
         for m in self.layers():
             if isinstance(m, PooledNorm2d):
                 m.source_weight.copy_(self.deep_source_weight)
             else:
-                m.one_domain.fill_(pooled)
+                m.domain_rows.fill_(rows)
         # compiled: eager while the windows fill, the compiled graph once their shapes hold
         steady = not self.compiled or self.windows_steady(x.shape[0])
         logits = self.model(x) if steady else self.model.forward(x)
@@ -243,6 +259,7 @@ class DYNAdaptive(NormalizationMethod):
 
     def on_reset(self) -> None:
         self._recent: torch.Tensor | None = None  # the last predicted classes
+        self._signatures: torch.Tensor | None = None  # the last images' spectral signatures
         for m in self.layers():
             m.reset_window()
         self._match.reset()

@@ -4,8 +4,8 @@ with the instance statistics of the samples seen just before it.
 - :class:`WindowedNorm2d`: the window and what both layers share (the source mix and the
   instance rule);
 - :class:`NeighbourhoodNorm2d`: each sample takes the statistics of its ``n`` most similar
-  samples, the source weighted by that size; a batch its owner marks as one domain is one
-  group;
+  samples, the source weighted by that size; the last samples its owner marks as one domain
+  are one group;
 - :class:`PooledNorm2d`: one pool of the batch and the remembered samples a filter keeps, the
   source weighted by a weight its owner sets.
 """
@@ -139,16 +139,19 @@ def next_window(pool_mu: torch.Tensor, pool_s2: torch.Tensor, window: int
 
 def _neighbourhood_operator(
     mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None,
-    window_var: torch.Tensor | None, n_window: int, window: int, one_domain: torch.Tensor,
+    window_var: torch.Tensor | None, n_window: int, window: int, domain_rows: torch.Tensor,
     running_mean: torch.Tensor, running_var: torch.Tensor, neighbours: int,
     prior_strength: float, length: int, k: float | None, c: float, eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     pool_mu, pool_s2 = pool_of(mu, s2, window_mean, window_var, n_window)
-    if one_domain:  # the batch as one group of B, the source weighted N / (N + B); (B, C) each
-        mean, var = pooled_statistics(mu, s2, mu, s2, mu.new_ones(mu.shape[0]), running_mean,
-                                      running_var, size_weight(mu.shape[0], prior_strength),
-                                      length, k, c, eps)
-        mean, var = mean.expand_as(mu).clone(), var.expand_as(mu).clone()
+    rows = int(domain_rows)
+    if rows:  # the pool's last rows as one group of n, the source weighted N / (N + n)
+        group_mu, group_s2 = pool_mu[-rows:], pool_s2[-rows:]
+        mean, var = pooled_statistics(mu, s2, group_mu, group_s2,
+                                      mu.new_ones(group_mu.shape[0]), running_mean, running_var,
+                                      size_weight(group_mu.shape[0], prior_strength), length, k,
+                                      c, eps)
+        mean, var = mean.expand_as(mu).clone(), var.expand_as(mu).clone()  # (B, C) each
     else:
         mean, var = neighbourhood_statistics(mu, s2, pool_mu, pool_s2, running_mean,
                                              running_var, neighbours, prior_strength, length,
@@ -260,9 +263,10 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
     """Each sample's statistics are those of its ``n`` nearest samples in the pool (itself
     included; LISC's cosine similarity of instance means, :mod:`~dyntta.norm.neighbours`), mixed
     with the source at Schneider et al.'s weight ``N / (N + n)`` (NeurIPS 2020, Eq. 3). While the
-    0-dim bool buffer ``one_domain`` is set (by its owner, before a batch; not saved), the batch
-    is one group of B instead, the source weighted ``N / (N + B)`` (:func:`pooled_statistics`
-    of the batch); the window records it either way.
+    0-dim integer buffer ``domain_rows`` is r > 0 (set by its owner before a batch: the last r
+    samples, the batch's and those remembered before it, are one domain; not saved), the pool's
+    last r rows (as many as it holds) are one group of n instead, the source weighted
+    ``N / (N + n)`` (:func:`pooled_statistics`); the window records the batch either way.
 
     Args:
         neighbours: n >= 1.
@@ -282,7 +286,7 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
         self.neighbours = neighbours
         self.prior_strength = prior_strength
         self.signature = signature
-        self.register_buffer("one_domain", torch.tensor(False), persistent=False)
+        self.register_buffer("domain_rows", torch.tensor(0), persistent=False)
 
     operator = staticmethod(_neighbourhood_operator)
     traced_operator = traced_neighbourhood
@@ -290,7 +294,7 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
     def arguments(self, mu, n_window, length):
         if self.signature is not None:
             self.signature.observe(mu)
-        return (self.one_domain, self.running_mean, self.running_var, self.neighbours,
+        return (self.domain_rows, self.running_mean, self.running_var, self.neighbours,
                 self.prior_strength, length, *self.rule(), self.eps)
 
 

@@ -1,12 +1,12 @@
-"""Whether a batch of images comes from one domain, read from their spectra (beyond the DYN
+"""Whether the images just seen come from one domain, read from their spectra (beyond the DYN
 paper).
 
 Corruptions move where an image's energy sits across spatial frequencies (noise raises the high
 frequencies, blur and fog lower them, contrast and brightness scale them all), far more than the
 content of images of one domain does. Each image's signature is the log of its mean power in
-``BANDS`` radial frequency bands per channel; a batch is one domain when these spread across
-its samples by less than ``ONE_DOMAIN_SPREAD`` (the mean over the signature's entries of their
-standard deviation across the batch, in nats), and has at least ``MIN_IMAGES`` images.
+``BANDS`` radial frequency bands per channel; a set of images is one domain when these spread
+across it by less than ``ONE_DOMAIN_SPREAD`` (the mean over the signature's entries of their
+standard deviation across the images, in nats), and has at least ``MIN_IMAGES`` images.
 
 The constants come from the spreads the CIFAR-10 and digits test images give, not from any
 accuracy (``benchmarks/one_domain_spread.py``; RESULTS.md, "A batch of one domain, read from its
@@ -63,12 +63,10 @@ def log_band_power(x: torch.Tensor, bands: int = BANDS) -> torch.Tensor:
     return (power @ average).transpose(1, 2).reshape(x.shape[0], -1).add(1e-8).log()
 
 
-def one_domain(x: torch.Tensor, spread: float = ONE_DOMAIN_SPREAD) -> bool:
-    """Whether the images ``x`` look like one domain: their :func:`log_band_power` signatures
-    spread (mean over entries of the standard deviation across the batch) by less than
-    ``spread`` nats. False for fewer than ``MIN_IMAGES`` images or input that is not
-    (B, C, H, W)."""
-    if x.ndim != 4 or x.shape[0] < MIN_IMAGES:
+def one_domain(signatures: torch.Tensor, spread: float = ONE_DOMAIN_SPREAD) -> bool:
+    """Whether images look like one domain: their (n, D) :func:`log_band_power` signatures
+    spread (mean over entries of the standard deviation across the n images) by less than
+    ``spread`` nats. False for fewer than ``MIN_IMAGES`` images."""
+    if signatures.shape[0] < MIN_IMAGES:
         return False
-    signature = log_band_power(x.detach().float())
-    return bool(signature.std(0).mean() < spread)
+    return bool(signatures.std(0).mean() < spread)
