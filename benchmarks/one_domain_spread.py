@@ -2,9 +2,8 @@
 domains: the reading behind :mod:`dyntta.norm.spectrum`'s constants. No model runs.
 
 For every full batch of the streams (15 corruptions at severity 5, Wild with label shift 0.1),
-the spread of :func:`~dyntta.norm.spectrum.log_band_power` (mean over its entries of their
-standard deviation across the batch), split by whether the batch's images come from one domain;
-the table gives quantiles of each and how many batches ``one_domain``'s threshold misjudges.
+the :func:`~dyntta.norm.spectrum.signature_spread` of its images' signatures, split by whether
+they come from one domain; the table gives quantiles of each and how many batches ``one_domain``'s threshold misjudges.
 
     PYTHONPATH=src python benchmarks/one_domain_spread.py --data-dir ../shared/data
     PYTHONPATH=src python benchmarks/one_domain_spread.py --dataset digits
@@ -19,7 +18,7 @@ import torch
 from dyntta.bench.config import DatasetEntry
 from dyntta.bench.sources import SourceOptions, resolve_source
 from dyntta.data import make_stream
-from dyntta.norm.spectrum import ONE_DOMAIN_SPREAD, log_band_power
+from dyntta.norm.spectrum import ONE_DOMAIN_SPREAD, log_band_power, signature_spread
 
 DATASETS = {
     "npz": DatasetEntry("npz", "cifar10-test-jpeg.npz", "resnet20-cifar10.th"),
@@ -40,7 +39,7 @@ def spreads(dataset, scenarios, batch_size: int, seeds, n_samples: int | None,
                                  delta=0.1 if scenario == "wild" else None)
             for batch in stream:
                 if len(batch.x) == batch_size:
-                    spread = float(log_band_power(batch.x).std(0).mean())
+                    spread = float(signature_spread(log_band_power(batch.x)))
                     (one if len(batch.domain.unique()) == 1 else mixed).append(spread)
     return one, mixed
 

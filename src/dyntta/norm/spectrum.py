@@ -63,10 +63,16 @@ def log_band_power(x: torch.Tensor, bands: int = BANDS) -> torch.Tensor:
     return (power @ average).transpose(1, 2).reshape(x.shape[0], -1).add(1e-8).log()
 
 
+def signature_spread(signatures: torch.Tensor) -> torch.Tensor:
+    """How far (n, D) :func:`log_band_power` signatures spread across the n images: the mean
+    over the D entries of their standard deviation (nats; a 0-dim tensor)."""
+    return signatures.std(0).mean()
+
+
 def one_domain(signatures: torch.Tensor, spread: float = ONE_DOMAIN_SPREAD) -> bool:
-    """Whether images look like one domain: their (n, D) :func:`log_band_power` signatures
-    spread (mean over entries of the standard deviation across the n images) by less than
-    ``spread`` nats. False for fewer than ``MIN_IMAGES`` images."""
+    """Whether images look like one domain: their (n, D) :func:`log_band_power` signatures'
+    :func:`signature_spread` is under ``spread`` nats. False for fewer than ``MIN_IMAGES``
+    images."""
     if signatures.shape[0] < MIN_IMAGES:
         return False
-    return bool(signatures.std(0).mean() < spread)
+    return bool(signature_spread(signatures) < spread)
