@@ -3,7 +3,8 @@ domains: the reading behind :mod:`dyntta.norm.spectrum`'s constants. No model ru
 
 For every full batch of the streams (15 corruptions at severity 5, Wild with label shift 0.1),
 the :func:`~dyntta.norm.spectrum.signature_spread` of its images' signatures, split by whether
-they come from one domain; the table gives quantiles of each and how many batches ``one_domain``'s threshold misjudges.
+they come from one domain; the table gives quantiles of each and how many batches
+``one_domain``'s threshold misjudges.
 
     PYTHONPATH=src python benchmarks/one_domain_spread.py --data-dir ../shared/data
     PYTHONPATH=src python benchmarks/one_domain_spread.py --dataset digits
