@@ -15,6 +15,7 @@ from dyntta.methods.dyn_adaptive import FIRST_WEIGHT
 from dyntta.norm import AlphaBatchNorm2d, ClassBalance, WindowMatch
 from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d, WindowedNorm2d
 from dyntta.norm.mixing import label_balance_weight
+from dyntta.norm.spectrum import log_band_power
 from tests.conftest import random_images, tiny_resnet
 from tests.norm.bn_helpers import random_bn
 from tests.norm.test_spectrum import blurred, noisy, smooth_images
@@ -242,10 +243,28 @@ def test_neighbourhood_layers_pool_the_last_images_only_when_they_are_one_domain
             method(x)
         neighbourhood = [m for m in layers(method) if isinstance(m, NeighbourhoodNorm2d)]
         assert neighbourhood and all(int(m.domain_rows) == expected for m in neighbourhood)
-    assert method._signatures.shape[0] == 32
-    assert method.domain_rows(noise[:40].flatten(2)) == 0  # not images
+    assert method._signatures.shape[0] == 160  # the last 256 (shallow_window) images'
+    assert method.read_spectra(noise[:40].flatten(2)) == (0, None)  # not images
     method.reset()
     assert method._signatures is None
+
+
+def test_neighbourhood_layers_search_the_spectrally_nearest_images_of_their_pool():
+    """Each image's candidates are the 32 images of the neighbourhood layers' pool (the last
+    ``max(shallow_window, B)`` images, as many as seen) whose signatures are nearest its own."""
+    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", shallow_window=40)
+    base = smooth_images(64, seed=7)
+    images = torch.cat([noisy(base[:24], seed=8), blurred(base[24:])])
+    for end in (16, 32, 48, 64):  # pools of 16, 32, 40 and 40 images
+        with torch.no_grad():
+            method(images[end - 16 : end])
+        pool = log_band_power(images[max(0, end - 40) : end])
+        distance = ((pool[-16:, None] - pool[None]) ** 2).sum(-1).sqrt()
+        expected = distance.sort(1).values[:, :32]
+        neighbourhood = [m for m in layers(method) if isinstance(m, NeighbourhoodNorm2d)]
+        for m in neighbourhood:
+            assert m.window_mean.shape[0] == pool.shape[0]  # the pool the layer searched
+            torch.testing.assert_close(distance.gather(1, m.candidates), expected)
 
 
 def test_compiled_network_follows_the_one_domain_test():

@@ -24,21 +24,24 @@ def iabn_reference(mu, s2, ref_mean, ref_var, length, k, eps):
     return mean, (ref_var + torch.sign(d_var) * (d_var.abs() - t_var).clamp_min(0)).clamp_min(0)
 
 
-def groups_of(x, neighbours):
-    """Each sample's group, written out: its ``neighbours`` most cosine-similar samples (None:
-    the whole batch)."""
+def groups_of(x, neighbours, candidates=None):
+    """Each sample's group, written out: its ``neighbours`` most cosine-similar samples (among
+    its row of ``candidates``, unless None; None neighbours: the whole batch)."""
     mu = x.mean((2, 3))
     if neighbours is None:
         return [torch.arange(x.shape[0])] * x.shape[0]
     unit = mu / mu.norm(dim=1, keepdim=True)
-    return [(unit @ unit[i]).argsort(descending=True)[:neighbours] for i in range(x.shape[0])]
+    if candidates is None:
+        candidates = [torch.arange(x.shape[0])] * x.shape[0]
+    return [c[(unit[c] @ unit[i]).argsort(descending=True)[:neighbours]]
+            for i, c in enumerate(candidates)]
 
 
-def group_reference(x, bn, neighbours, a):
+def group_reference(x, bn, neighbours, a, candidates=None):
     """Per sample: its group's pixels' mean and variance (instance variances unbiased), mixed
     with the source at weight ``a``."""
     mu, s2 = x.mean((2, 3)), x.var((2, 3))
-    groups = groups_of(x, neighbours)
+    groups = groups_of(x, neighbours, candidates)
     mean = torch.stack([mu[g].mean(0) for g in groups])
     var = torch.stack([s2[g].mean(0) + mu[g].var(0, unbiased=False) for g in groups])
     return a * bn.running_mean + (1 - a) * mean, a * bn.running_var + (1 - a) * var
@@ -58,6 +61,23 @@ def test_neighbourhood_layer_is_the_n_nearest_samples_at_the_size_weight(n):
     got = layer.statistics(x)
     torch.testing.assert_close(got[0], mean)
     torch.testing.assert_close(got[1], var)
+
+
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_neighbourhood_layer_searches_each_sample_s_candidates_only(n):
+    """With ``candidates`` set, each sample's n nearest are chosen among its own K rows."""
+    bn = source_bn().double()
+    x = mixed_batch(b=10)
+    layer = NeighbourhoodNorm2d(bn, window=0, neighbours=n, prior_strength=4.0).double()
+    candidates = torch.stack([torch.randperm(10, generator=torch.Generator().manual_seed(i))[:5]
+                              for i in range(10)])
+    layer.candidates = candidates
+    mean, var = group_reference(x, bn, n, 4.0 / (4.0 + n), list(candidates))
+    got = layer.statistics(x)
+    torch.testing.assert_close(got[0], mean)
+    torch.testing.assert_close(got[1], var)
+    layer.candidates = torch.arange(10).expand(10, 10)  # every row: as without candidates
+    torch.testing.assert_close(layer.statistics(x)[0], group_reference(x, bn, n, 4.0 / (4.0 + n))[0])
 
 
 @pytest.mark.parametrize("n", [1, 4])

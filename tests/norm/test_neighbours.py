@@ -33,6 +33,25 @@ def test_nearest_neighbours_are_the_most_similar_rows(seed, pool_size, n_queries
     assert index[:, 0].tolist() == list(range(pool_size - n_queries, pool_size))
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 30), st.integers(1, 30), st.integers(1, 30),
+       st.integers(1, 40))
+def test_nearest_neighbours_among_candidates_are_their_most_similar_rows(
+        seed, pool_size, n_queries, k, n):
+    rng = np.random.default_rng(seed)
+    pool = rng.normal(size=(pool_size, 5))
+    n_queries, k = min(n_queries, pool_size), min(k, pool_size)
+    candidates = np.stack([rng.permutation(pool_size)[:k] for _ in range(n_queries)])
+    index = nearest_neighbours(torch.from_numpy(pool), n, n_queries,
+                               torch.from_numpy(candidates)).numpy()
+    unit = pool / np.linalg.norm(pool, axis=1, keepdims=True)
+    sim = unit[pool_size - n_queries :] @ unit.T
+    for row, query_sim, allowed in zip(index, sim, candidates):
+        assert set(row) <= set(allowed) and len(set(row)) == len(row) == min(n, k)
+        expected = -np.sort(-query_sim[allowed])[: min(n, k)]
+        np.testing.assert_allclose(query_sim[row], expected, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("queries", [0, 4])
 def test_nearest_neighbours_names_queries_outside_the_pool(queries):
     with pytest.raises(ValueError, match="queries must be in 1..3"):

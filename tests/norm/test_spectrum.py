@@ -9,7 +9,13 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from dyntta.norm.spectrum import MIN_IMAGES, ONE_DOMAIN_SPREAD, log_band_power, one_domain
+from dyntta.norm.spectrum import (
+    MIN_IMAGES,
+    ONE_DOMAIN_SPREAD,
+    log_band_power,
+    nearest_spectra,
+    one_domain,
+)
 
 
 def band_power_reference(x: np.ndarray, bands: int) -> np.ndarray:
@@ -79,3 +85,20 @@ def test_too_few_images_are_never_one_domain():
     signatures = log_band_power(noisy(smooth_images(MIN_IMAGES, seed=5), seed=6))
     assert one_domain(signatures)
     assert not one_domain(signatures[:-1])
+
+
+@pytest.mark.parametrize(("pool", "queries", "k"), [(40, 8, 5), (6, 6, 32), (50, 1, 50)])
+def test_nearest_spectra_are_the_rows_at_the_smallest_distances(pool, queries, k):
+    signatures = torch.randn(pool, 12, generator=torch.Generator().manual_seed(pool)) * 3 + 5
+    index = nearest_spectra(signatures, k, queries)
+    distance = ((signatures[-queries:, None] - signatures[None]) ** 2).sum(-1).sqrt()
+    expected = distance.sort(1).values[:, : min(k, pool)]
+    torch.testing.assert_close(distance.gather(1, index), expected)
+    assert index[:, 0].tolist() == list(range(pool - queries, pool))  # each query itself first
+
+
+def test_nearest_spectra_of_two_corruptions_keep_to_each_one():
+    base = smooth_images(32, seed=11)
+    signatures = log_band_power(torch.cat([noisy(base[:16], seed=12), blurred(base[16:])]))
+    index = nearest_spectra(signatures, 16, 32)
+    assert (index < 16).all(1)[:16].all() and (index >= 16).all(1)[16:].all()

@@ -5,10 +5,11 @@ they run (found by one probe forward on the first batch):
 
 - the first ``cluster_fraction`` of them give each sample the statistics of its ``neighbours``
   nearest samples among the batch and the last ``shallow_window`` samples, with the source
-  weighted by that size (:class:`~dyntta.norm.adaptive.NeighbourhoodNorm2d`); where the
-  spectra of the batch's images, topped up to ``MIN_IMAGES`` (32) with the images just before
-  it, say they are one domain (:func:`~dyntta.norm.spectrum.one_domain`), those images are one
-  group there instead;
+  weighted by that size (:class:`~dyntta.norm.adaptive.NeighbourhoodNorm2d`), searched among
+  the ``MIN_IMAGES`` (32) images whose spectra are nearest the sample's
+  (:func:`~dyntta.norm.spectrum.nearest_spectra`); where the spectra of the batch's images,
+  topped up to 32 with the images just before it, say they are one domain
+  (:func:`~dyntta.norm.spectrum.one_domain`), those images are one group there instead;
 - the others pool the batch with the last ``deep_window`` samples, of which they keep those that
   look like the current pool at the last neighbourhood layer (:class:`~dyntta.norm.WindowMatch`)
   and, of those, the most recent ``deep_balance`` of each predicted class
@@ -23,14 +24,15 @@ they run (found by one probe forward on the first batch):
 Shallow layers' statistics carry the domain, deep ones' the labels (IBN-Net, Pan et al., ECCV
 2018): hence neighbourhoods and the instance rule in the first layers, label-balanced pools in
 the others. A sample's nearest samples share its content as well as its domain, so in a batch
-of one domain the batch serves better than any neighbourhood. The measurements behind each rule
+of one domain the batch serves better than any neighbourhood, and in a mixed one the search
+keeps to the images whose spectra, which corruptions move more than content does, are nearest. The measurements behind each rule
 and constant: RESULTS.md, "How `dyn_adaptive`'s defaults were chosen" and "`dyn_adaptive`
 across architectures".
 
 State: each layer remembers its window of instance statistics; the method owns what several
 layers share: the deep layers' source weight (buffer ``deep_source_weight``), the spectral
-signatures of the last images and the one-domain decision it sets in the neighbourhood layers
-before each batch, the last predictions and the two window filters.
+signatures of the last images and what it sets in the neighbourhood layers before each batch
+from them (the one-domain decision, each sample's candidates), the last predictions and the two window filters.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from dyntta.methods.registry import register
 from dyntta.norm import ClassBalance, SourceBatchNorm2d, WindowMatch
 from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d, WindowedNorm2d
 from dyntta.norm.mixing import label_balance_weight
-from dyntta.norm.spectrum import MIN_IMAGES, log_band_power, one_domain
+from dyntta.norm.spectrum import MIN_IMAGES, log_band_power, nearest_spectra, one_domain
 
 FIRST_WEIGHT = DYNConfig.alpha
 """The deep layers' source weight before the first prediction: DYN's."""
@@ -111,8 +113,8 @@ class DYNAdaptiveConfig:
 
 @register
 class DYNAdaptive(NormalizationMethod):
-    """Beyond the DYN paper: size-weighted neighbourhoods in the first half of the BN layers
-    (the last images, when they are one domain), label-balanced pools in the others, the
+    """Beyond the DYN paper: size-weighted neighbourhoods among the spectrally nearest images
+    in the first half of the BN layers (the last images, when they are one domain), label-balanced pools in the others, the
     instance rule in the first quarter (module docstring). Every BN layer holds the source
     statistics until the first batch, whose probe forward orders the layers as they run and
     gives each its role.
@@ -222,30 +224,41 @@ class DYNAdaptive(NormalizationMethod):
             match.current.shape[0] == match.memory + batch_size and \
             classes is not None and classes.shape[0] >= self._balance.memory
 
-    def domain_rows(self, x: torch.Tensor) -> int:
-        """How many of the last images, the batch ``x`` (B images) and those before it, are one
-        domain: ``max(B, MIN_IMAGES)`` when the spectra of that many say so
-        (:func:`~dyntta.norm.spectrum.one_domain`), else 0 (and for input that is not images).
-        Remembers the last ``MIN_IMAGES`` images' signatures."""
+    def read_spectra(self, x: torch.Tensor) -> tuple[int, torch.Tensor | None]:
+        """What the spectral signatures of the batch ``x`` (B images) and of the images before
+        it say (:mod:`~dyntta.norm.spectrum`; the last ``max(shallow_window, MIN_IMAGES)``
+        images' are remembered):
+
+        - how many of the last images are one domain: ``max(B, MIN_IMAGES)`` when the spectra
+          of that many say so (:func:`~dyntta.norm.spectrum.one_domain`), else 0;
+        - each image's ``MIN_IMAGES`` candidate neighbours: (B, K) indices into the pool of the
+          neighbourhood layers (the last ``max(shallow_window, B)`` images, as many as seen) of
+          the images whose spectra are nearest its own
+          (:func:`~dyntta.norm.spectrum.nearest_spectra`).
+
+        ``(0, None)`` for input that is not images."""
         if x.ndim != 4:
-            return 0
+            return 0, None
+        b, seen = x.shape[0], 0 if self._signatures is None else self._signatures.shape[0]
         recent = log_band_power(x.detach().float())
-        if self._signatures is not None:
+        if seen:
             recent = torch.cat([self._signatures, recent])
-        self._signatures = recent[-MIN_IMAGES:]
-        recent = recent[-max(x.shape[0], MIN_IMAGES) :]
-        return recent.shape[0] if one_domain(recent) else 0
+        self._signatures = recent[-max(self.config.shallow_window, MIN_IMAGES) :]
+        last = recent[-max(b, MIN_IMAGES) :]
+        pool = recent[-(b + min(max(0, self.config.shallow_window - b), seen)) :]
+        return (last.shape[0] if one_domain(last) else 0), nearest_spectra(pool, MIN_IMAGES, b)
 
     @torch.no_grad()
     def step(self, x: torch.Tensor) -> torch.Tensor:
         if self._placeholders:
             self.assign_roles(x)
-        rows = self.domain_rows(x)
+        rows, candidates = self.read_spectra(x)
         for m in self.layers():
             if isinstance(m, PooledNorm2d):
                 m.source_weight.copy_(self.deep_source_weight)
             else:
                 m.domain_rows.fill_(rows)
+                m.candidates = candidates
         # compiled: eager while the windows fill, the compiled graph once their shapes hold
         steady = not self.compiled or self.windows_steady(x.shape[0])
         logits = self.model(x) if steady else self.model.forward(x)

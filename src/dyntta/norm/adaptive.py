@@ -4,8 +4,8 @@ with the instance statistics of the samples seen just before it.
 - :class:`WindowedNorm2d`: the window and what both layers share (the source mix and the
   instance rule);
 - :class:`NeighbourhoodNorm2d`: each sample takes the statistics of its ``n`` most similar
-  samples, the source weighted by that size; the last samples its owner marks as one domain
-  are one group;
+  samples (among the candidates its owner gives), the source weighted by that size; the last
+  samples its owner marks as one domain are one group;
 - :class:`PooledNorm2d`: one pool of the batch and the remembered samples a filter keeps, the
   source weighted by a weight its owner sets.
 """
@@ -83,6 +83,7 @@ def neighbourhood_statistics(
     running_mean: torch.Tensor,
     running_var: torch.Tensor,
     neighbours: int,
+    candidates: torch.Tensor | None,
     prior_strength: float,
     length: int,
     k: float | None,
@@ -90,8 +91,9 @@ def neighbourhood_statistics(
     eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:class:`NeighbourhoodNorm2d`'s ``(mean, var)``: each sample's ``neighbours`` nearest in
-    the pool, the source weighted ``N / (N + n)``, then the instance rule."""
-    index = nearest_neighbours(pool_mu.detach(), neighbours, mu.shape[0])
+    the pool (among its ``candidates`` rows, unless None), the source weighted ``N / (N + n)``,
+    then the instance rule."""
+    index = nearest_neighbours(pool_mu.detach(), neighbours, mu.shape[0], candidates)
     mean, var, spread = neighbourhood_stats(pool_mu, pool_s2, index)
     return source_mixed(mu, s2, mean, var, spread, size_weight(index.shape[1], prior_strength),
                         running_mean, running_var, length, k, c, eps)
@@ -141,7 +143,8 @@ def _neighbourhood_operator(
     mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None,
     window_var: torch.Tensor | None, n_window: int, window: int, domain_rows: torch.Tensor,
     running_mean: torch.Tensor, running_var: torch.Tensor, neighbours: int,
-    prior_strength: float, length: int, k: float | None, c: float, eps: float,
+    candidates: torch.Tensor | None, prior_strength: float, length: int, k: float | None,
+    c: float, eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     pool_mu, pool_s2 = pool_of(mu, s2, window_mean, window_var, n_window)
     rows = int(domain_rows)
@@ -154,8 +157,8 @@ def _neighbourhood_operator(
         mean, var = mean.expand_as(mu).clone(), var.expand_as(mu).clone()  # (B, C) each
     else:
         mean, var = neighbourhood_statistics(mu, s2, pool_mu, pool_s2, running_mean,
-                                             running_var, neighbours, prior_strength, length,
-                                             k, c, eps)
+                                             running_var, neighbours, candidates,
+                                             prior_strength, length, k, c, eps)
     return mean, var, *next_window(pool_mu, pool_s2, window)
 
 
@@ -267,6 +270,8 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
     samples, the batch's and those remembered before it, are one domain; not saved), the pool's
     last r rows (as many as it holds) are one group of n instead, the source weighted
     ``N / (N + n)`` (:func:`pooled_statistics`); the window records the batch either way.
+    The buffer ``candidates``, None or (B, K) indices into the pool that its owner sets before a
+    batch (not saved), narrows each sample's search to its K candidate rows.
 
     Args:
         neighbours: n >= 1.
@@ -287,6 +292,7 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
         self.prior_strength = prior_strength
         self.signature = signature
         self.register_buffer("domain_rows", torch.tensor(0), persistent=False)
+        self.register_buffer("candidates", None, persistent=False)
 
     operator = staticmethod(_neighbourhood_operator)
     traced_operator = traced_neighbourhood
@@ -295,7 +301,7 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
         if self.signature is not None:
             self.signature.observe(mu)
         return (self.domain_rows, self.running_mean, self.running_var, self.neighbours,
-                self.prior_strength, length, *self.rule(), self.eps)
+                self.candidates, self.prior_strength, length, *self.rule(), self.eps)
 
 
 class PooledNorm2d(WindowedNorm2d):

@@ -69,6 +69,23 @@ def signature_spread(signatures: torch.Tensor) -> torch.Tensor:
     return signatures.std(0).mean()
 
 
+def nearest_spectra(signatures: torch.Tensor, k: int, queries: int) -> torch.Tensor:
+    """Indices into (P, D) :func:`log_band_power` signatures of the ``min(k, P)`` rows nearest
+    (Euclidean) to each of the last ``queries`` rows, nearest first: the images most likely of
+    each image's domain, whatever their content.
+
+    Returns:
+        (queries, min(k, P)) int64.
+    """
+    if not 1 <= queries <= signatures.shape[0]:
+        raise ValueError(f"queries must be in 1..{signatures.shape[0]} (the signatures' rows), "
+                         f"got {queries}")
+    # exact differences (no matrix product), so that each query is at distance 0 from itself
+    distance = torch.cdist(signatures[-queries:], signatures,
+                           compute_mode="donot_use_mm_for_euclid_dist")
+    return distance.topk(min(k, signatures.shape[0]), dim=1, largest=False).indices
+
+
 def one_domain(signatures: torch.Tensor, spread: float = ONE_DOMAIN_SPREAD) -> bool:
     """Whether images look like one domain: their (n, D) :func:`log_band_power` signatures'
     :func:`signature_spread` is under ``spread`` nats. False for fewer than ``MIN_IMAGES``
