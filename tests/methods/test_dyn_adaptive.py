@@ -229,21 +229,23 @@ def one_domain_then_mixture(b: int) -> list[torch.Tensor]:
 
 
 def test_neighbourhood_layers_pool_the_last_images_only_when_they_are_one_domain():
-    """The spectral test reads the batch topped up to 32 images with the images before it."""
+    """The spectral test reads the batch topped up to 32 images with the images before it, and
+    a batch of 16 to 31 alone at the stricter threshold of fewer images."""
     method = dyntta.adapt(tiny_resnet(), "dyn_adaptive")
-    base = smooth_images(160, seed=7)
+    base = smooth_images(176, seed=7)
     noise, blur = noisy(base, seed=8), blurred(base)
     mixture = torch.cat([blur[120:136], noise[104:120]])
     batches = [noise[:16], noise[16:32], blur[32:48], blur[48:64], noise[64:104], mixture,
-               blur[136:160]]
-    # 16 images are too few; then 32 of one domain; 16 of each; 32 blurred; a batch of 40;
-    # a mixture of 32; 24 blurred after its 16 noisy ones (the last 32 images mix)
-    for x, expected in zip(batches, [0, 32, 0, 32, 40, 0, 0]):
+               blur[136:160], torch.cat([blur[160:168], noise[168:176]])]
+    # 16 noisy alone (spread 0.22); then 32 of one domain; 16 of each, the blurred batch alone
+    # (0.66); 32 blurred; a batch of 40; a mixture of 32; 24 blurred after 16 noisy (the last 32
+    # mix, the batch alone 0.65); 16 that mix
+    for x, expected in zip(batches, [16, 32, 16, 32, 40, 0, 24, 0], strict=True):
         with torch.no_grad():
             method(x)
         neighbourhood = [m for m in layers(method) if isinstance(m, NeighbourhoodNorm2d)]
-        assert neighbourhood and all(int(m.domain_rows) == expected for m in neighbourhood)
-    assert method._signatures.shape[0] == 160  # the last 256 (shallow_window) images'
+    assert neighbourhood and all(int(m.domain_rows) == expected for m in neighbourhood)
+    assert method._signatures.shape[0] == 176  # the last 256 (shallow_window) images'
     assert method.read_spectra(noise[:40].flatten(2)) == (0, None)  # not images
     method.reset()
     assert method._signatures is None

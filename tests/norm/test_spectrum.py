@@ -10,6 +10,8 @@ import torch
 from torch.nn import functional as F
 
 from dyntta.norm.spectrum import (
+    FEW_IMAGES_SPREAD,
+    FEWEST_IMAGES,
     MIN_IMAGES,
     ONE_DOMAIN_SPREAD,
     log_band_power,
@@ -76,15 +78,22 @@ def test_one_corruption_is_one_domain_and_a_mixture_is_not():
     assert one_domain(noise[:MIN_IMAGES]) and one_domain(blur[:MIN_IMAGES])
     half = MIN_IMAGES // 2
     mixture = torch.cat([noise[:half], blur[half:MIN_IMAGES]])
-    assert not one_domain(mixture)
-    spread = float(mixture.std(0).mean())
-    assert one_domain(mixture, spread=spread + 1e-3) and spread > ONE_DOMAIN_SPREAD
+    assert not one_domain(mixture) and float(mixture.std(0).mean()) > ONE_DOMAIN_SPREAD
 
 
-def test_too_few_images_are_never_one_domain():
-    signatures = log_band_power(noisy(smooth_images(MIN_IMAGES, seed=5), seed=6))
-    assert one_domain(signatures)
-    assert not one_domain(signatures[:-1])
+def spread_exactly(n: int, spread: float) -> torch.Tensor:
+    """(n, 12) signatures whose every entry has standard deviation ``spread`` across the n."""
+    x = torch.randn(n, 12, generator=torch.Generator().manual_seed(n), dtype=torch.float64)
+    return x if n == 1 else (x - x.mean(0)) / x.std(0) * spread + 3.0
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 31, 32, 64])
+@pytest.mark.parametrize("spread", [0.5, 0.79, 0.81, 1.19, 1.21])
+def test_one_domain_below_the_threshold_of_its_number_of_images(n, spread):
+    """Under 1.2 nats with 32 images or more, under 0.8 with 16 to 31, never with fewer."""
+    threshold = ONE_DOMAIN_SPREAD if n >= MIN_IMAGES else FEW_IMAGES_SPREAD
+    assert (FEW_IMAGES_SPREAD, FEWEST_IMAGES, ONE_DOMAIN_SPREAD) == (0.8, 16, 1.2)
+    assert one_domain(spread_exactly(n, spread)) == (n >= FEWEST_IMAGES and spread < threshold)
 
 
 @pytest.mark.parametrize(("pool", "queries", "k"), [(40, 8, 5), (6, 6, 32), (50, 1, 50)])

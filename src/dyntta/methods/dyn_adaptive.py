@@ -230,7 +230,8 @@ class DYNAdaptive(NormalizationMethod):
         images' are remembered):
 
         - how many of the last images are one domain: ``max(B, MIN_IMAGES)`` when the spectra
-          of that many say so (:func:`~dyntta.norm.spectrum.one_domain`), else 0;
+          of that many say so (:func:`~dyntta.norm.spectrum.one_domain`), else B when those of
+          the batch alone do (at the stricter threshold of fewer images), else 0;
         - each image's ``MIN_IMAGES`` candidate neighbours: (B, K) indices into the pool of the
           neighbourhood layers (the last ``max(shallow_window, B)`` images, as many as seen) of
           the images whose spectra are nearest its own
@@ -245,8 +246,9 @@ class DYNAdaptive(NormalizationMethod):
             recent = torch.cat([self._signatures, recent])
         self._signatures = recent[-max(self.config.shallow_window, MIN_IMAGES) :]
         last = recent[-max(b, MIN_IMAGES) :]
+        rows = last.shape[0] if one_domain(last) else b if one_domain(recent[-b:]) else 0
         pool = recent[-(b + min(max(0, self.config.shallow_window - b), seen)) :]
-        return (last.shape[0] if one_domain(last) else 0), nearest_spectra(pool, MIN_IMAGES, b)
+        return rows, nearest_spectra(pool, MIN_IMAGES, b)
 
     @torch.no_grad()
     def step(self, x: torch.Tensor) -> torch.Tensor:
