@@ -59,6 +59,15 @@ def test_table_has_groups_means_seed_intervals_best_marks_and_averages():
     assert order.index("tent") < order.index("*Test-time normalisation*") < order.index("dyn")
 
 
+def test_a_method_this_version_does_not_know_keeps_its_row_in_a_group_of_its_own():
+    markdown, text = table(RECORDS + [record("newer_method", "crossmix", 0.9)])
+    order = [line.split("|")[1].strip() for line in markdown.splitlines() if line.startswith("| ")]
+    assert order.index("dyn") < order.index("*Not known to this version of dyntta*") < \
+        order.index("newer_method")
+    row = next(d for d in csv.DictReader(io.StringIO(text)) if d["method"] == "newer_method")
+    assert row["group"] == "Not known to this version of dyntta"
+
+
 def test_every_method_tied_with_the_best_is_bold():
     """Per-batch hits on one stream of 200 batches: dyn is best, tbn one sample ahead or behind
     at random in some batches (tied), source far behind (not tied)."""

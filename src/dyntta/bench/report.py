@@ -29,7 +29,8 @@ from dyntta.bench.config import COLUMN_KEYS
 from dyntta.bench.stats import bootstrap_interval, difference_interval, seed_interval
 from dyntta.methods import method_class
 
-GROUPS = ("Source", "Test-time fine-tuning", "Test-time normalisation")
+GROUPS = ("Source", "Test-time fine-tuning", "Test-time normalisation",
+          "Not known to this version of dyntta")
 REQUIRED = ("config", "accuracy")
 
 
@@ -131,8 +132,8 @@ def group_of(method: str) -> str:
         return GROUPS[0]
     try:
         backward = method_class(method).backward
-    except ValueError:  # a method of another version of dyntta: keep it, ungrouped
-        backward = False
+    except ValueError:  # a method of another version of dyntta: kept, in a group of its own
+        return GROUPS[3]
     return GROUPS[1] if backward else GROUPS[2]
 
 
