@@ -21,6 +21,7 @@ do not depend on the network.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -48,6 +49,20 @@ FEWEST_IMAGES = 16
 """The fewest images :func:`one_domain` judges at all."""
 
 
+@functools.lru_cache(maxsize=8)
+def band_means(height: int, width: int, bands: int, device: torch.device) -> torch.Tensor:
+    """(height * (width // 2 + 1), bands) float64: the weights that average an ``rfft2`` power
+    spectrum's bins into the mean of each radial band (:func:`log_band_power`); the same for
+    every batch of one image size, so computed once."""
+    fy = torch.fft.fftfreq(height, dtype=torch.float64, device=device)[:, None]
+    fx = torch.fft.rfftfreq(width, dtype=torch.float64, device=device)[None, :]
+    radius = torch.sqrt(fy.square() + fx.square()) / math.sqrt(0.5)
+    # a bin on an edge joins the band above it (whatever the rounding); the corner the last
+    band = torch.clamp((radius * bands + EDGE).long(), max=bands - 1).flatten()
+    average = F.one_hot(band, bands).double()
+    return average / average.sum(0).clamp_min(1.0)
+
+
 def log_band_power(x: torch.Tensor, bands: int = BANDS) -> torch.Tensor:
     """Each image's log mean power per channel in ``bands`` radial frequency bands.
 
@@ -65,13 +80,7 @@ def log_band_power(x: torch.Tensor, bands: int = BANDS) -> torch.Tensor:
     """
     spectrum = torch.fft.rfft2(x - x.mean((2, 3), keepdim=True))
     power = (spectrum.real.square() + spectrum.imag.square()).flatten(2)  # (B, C, bins)
-    fy = torch.fft.fftfreq(x.shape[2], dtype=torch.float64, device=x.device)[:, None]
-    fx = torch.fft.rfftfreq(x.shape[3], dtype=torch.float64, device=x.device)[None, :]
-    radius = torch.sqrt(fy.square() + fx.square()) / math.sqrt(0.5)
-    # a bin on an edge joins the band above it (whatever the rounding); the corner the last
-    band = torch.clamp((radius * bands + EDGE).long(), max=bands - 1).flatten()
-    average = F.one_hot(band, bands).to(power.dtype)  # (bins, bands): each band's mean
-    average = average / average.sum(0).clamp_min(1.0)
+    average = band_means(x.shape[2], x.shape[3], bands, x.device).to(power.dtype)
     return (power @ average).transpose(1, 2).reshape(x.shape[0], -1).add(1e-8).log()
 
 
