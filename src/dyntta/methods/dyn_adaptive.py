@@ -25,14 +25,15 @@ Shallow layers' statistics carry the domain, deep ones' the labels (IBN-Net, Pan
 2018): hence neighbourhoods and the instance rule in the first layers, label-balanced pools in
 the others. A sample's nearest samples share its content as well as its domain, so in a batch
 of one domain the batch serves better than any neighbourhood, and in a mixed one the search
-keeps to the images whose spectra, which corruptions move more than content does, are nearest. The measurements behind each rule
-and constant: RESULTS.md, "How `dyn_adaptive`'s defaults were chosen" and "`dyn_adaptive`
-across architectures".
+keeps to the images whose spectra (which corruptions move more than content does) are nearest.
+The measurements behind each rule and constant: RESULTS.md, "How `dyn_adaptive`'s defaults
+were chosen" and "`dyn_adaptive` across architectures".
 
 State: each layer remembers its window of instance statistics; the method owns what several
 layers share: the deep layers' source weight (buffer ``deep_source_weight``), the spectral
 signatures of the last images and what it sets in the neighbourhood layers before each batch
-from them (the one-domain decision, each sample's candidates), the last predictions and the two window filters.
+from them (the one-domain decision, each sample's candidates), the last predictions and the two
+window filters.
 """
 
 from __future__ import annotations
@@ -114,10 +115,10 @@ class DYNAdaptiveConfig:
 @register
 class DYNAdaptive(NormalizationMethod):
     """Beyond the DYN paper: size-weighted neighbourhoods among the spectrally nearest images
-    in the first half of the BN layers (the last images, when they are one domain), label-balanced pools in the others, the
-    instance rule in the first quarter (module docstring). Every BN layer holds the source
-    statistics until the first batch, whose probe forward orders the layers as they run and
-    gives each its role.
+    in the first half of the BN layers (the last images, when they are one domain),
+    label-balanced pools in the others, the instance rule in the first quarter (module
+    docstring). Every BN layer holds the source statistics until the first batch, whose probe
+    forward orders the layers as they run and gives each its role.
     With ``compile=True`` it runs eager until its windows keep their size
     (:meth:`windows_steady`), then compiled.
     """
