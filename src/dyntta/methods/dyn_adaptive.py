@@ -62,7 +62,7 @@ class DYNAdaptiveConfig:
     "How `dyn_adaptive`'s defaults were chosen").
 
     neighbours: n >= 1 nearest samples behind each sample's statistics in the neighbourhood
-        layers; 8.
+        layers (of its ``MIN_IMAGES`` spectral candidates); 8.
     prior_strength: N > 0: those layers weight the source ``N / (N + n)``; 16.
     instance_k, instance_spread: the instance rule's band, ``max(k, c * sqrt(rho))`` standard
         errors (:func:`~dyntta.norm.adaptive.widened_instance_rule`); 8 and 2.5.
