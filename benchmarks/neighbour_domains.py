@@ -10,6 +10,7 @@ model's first BN layer to run; the spectra are :func:`~dyntta.norm.spectrum.log_
     PYTHONPATH=src python benchmarks/neighbour_domains.py --data-dir ../shared/data
     PYTHONPATH=src python benchmarks/neighbour_domains.py --data-dir ../shared/data \\
         --checkpoint resnet8-mlperf-cifar10.pt
+    PYTHONPATH=src python benchmarks/neighbour_domains.py --dataset digits
 """
 
 from __future__ import annotations
@@ -78,6 +79,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir")
     parser.add_argument("--cache-dir")
+    parser.add_argument("--dataset", choices=["npz", "digits"], default="npz",
+                        help="npz: the CIFAR-10 JPEG test images with --checkpoint; digits: the "
+                        "embedded digits with their ResNet-20")
     parser.add_argument("--checkpoint", default="resnet20-cifar10.th")
     parser.add_argument("--scenarios", nargs="+", default=["crossmix", "random"])
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[64, 16])
@@ -85,11 +89,12 @@ def main() -> None:
     parser.add_argument("--neighbours", type=int, default=8)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    source = resolve_source(DatasetEntry("npz", "cifar10-test-jpeg.npz", args.checkpoint),
-                            SourceOptions(args.data_dir, args.cache_dir, severities=(5,)),
+    entry = DatasetEntry("digits") if args.dataset == "digits" else \
+        DatasetEntry("npz", "cifar10-test-jpeg.npz", args.checkpoint)
+    source = resolve_source(entry, SourceOptions(args.data_dir, args.cache_dir, severities=(5,)),
                             progress=False)
-    print(f"{args.checkpoint}: share of each sample's {args.neighbours} neighbours (itself left "
-          f"out) in its corruption, seeds {args.seeds}")
+    print(f"{entry.checkpoint or entry.name}: share of each sample's {args.neighbours} "
+          f"neighbours (itself left out) in its corruption, seeds {args.seeds}")
     print("| scenario | B | " + " | ".join(RULES) + " |")
     print("|---|---:|" + "---:|" * len(RULES))
     for scenario in args.scenarios:
