@@ -68,7 +68,7 @@ def main() -> None:
     source = resolve_source(entry, SourceOptions(args.data_dir, args.cache_dir, severities=(5,)),
                             progress=False)
     print(f"{args.dataset} {entry.path or ''}: spread of the batches' signatures (nats), "
-          f"min / 5% / median / 95% / max; misjudged at the threshold of B images")
+          "min / 5% / median / 95% / max; misjudged at the threshold of B images")
     print("| B | threshold | one domain | batches | judged mixed | mixed domains | batches | "
           "judged one |")
     print("|---:|---:|---|---:|---:|---|---:|---:|")
