@@ -247,7 +247,9 @@ class DYNAdaptive(NormalizationMethod):
             recent = torch.cat([self._signatures, recent])
         self._signatures = recent[-max(self.config.shallow_window, MIN_IMAGES) :]
         last = recent[-max(b, MIN_IMAGES) :]
-        rows = last.shape[0] if one_domain(last) else b if one_domain(recent[-b:]) else 0
+        # a batch of MIN_IMAGES or more is `last` itself: judged once
+        rows = last.shape[0] if one_domain(last) else \
+            b if b < MIN_IMAGES and one_domain(recent[-b:]) else 0
         pool = recent[-(b + min(max(0, self.config.shallow_window - b), seen)) :]
         return rows, nearest_spectra(pool, MIN_IMAGES, b)
 
