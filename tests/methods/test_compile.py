@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import dyntta
+from dyntta.methods.normalization import NormalizationMethod
 from dyntta.norm import ClusterAwareBatchNorm2d, lisc
 from dyntta.norm.lisc import pointer_jumping
 from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d
@@ -50,6 +51,8 @@ def test_adapted_network_is_one_graph_without_breaks(name):
             for seed in range(warm_up):
                 adapted(random_images(8, seed=seed))
             x = random_images(8, seed=warm_up)
+            if isinstance(adapted, NormalizationMethod):
+                adapted.before_forward(x)  # what step sets before the network runs
             torch._dynamo.maybe_mark_dynamic(x, 0)
             explained = torch._dynamo.explain(adapted.model)(x)
         assert explained.graph_break_count == 0, explained.break_reasons

@@ -54,10 +54,9 @@ def layers(method) -> list[WindowedNorm2d]:
     return [m for m in method.modules() if isinstance(m, WindowedNorm2d)]
 
 
-def roles(method) -> dict[str, tuple[str, bool, bool]]:
-    """Per BN layer name: its kind, whether it applies the instance rule, whether it signs."""
-    return {name.rpartition(".")[2]: (type(m).__name__, m.instance is not None,
-                                      getattr(m, "signature", None) is not None)
+def roles(method) -> dict[str, tuple[str, bool]]:
+    """Per BN layer name: its kind and whether it applies the instance rule."""
+    return {name.rpartition(".")[2]: (type(m).__name__, m.instance is not None)
             for name, m in method.named_modules() if isinstance(m, WindowedNorm2d)}
 
 
@@ -79,9 +78,8 @@ def test_roles_follow_the_order_the_layers_run():
     with torch.no_grad():
         method(random_images(4))
     n = "NeighbourhoodNorm2d"
-    assert roles(method) == {"bn0": (n, True, False), "bn1": (n, False, True),
-                             "bn2": ("PooledNorm2d", False, False),
-                             "bn3": ("PooledNorm2d", False, False)}
+    assert roles(method) == {"bn0": (n, True), "bn1": (n, False), "bn2": ("PooledNorm2d", False),
+                             "bn3": ("PooledNorm2d", False)}
 
 
 @pytest.mark.parametrize("cluster, instance", [(0.01, 0.0), (0.5, 1.0), (0.75, 0.5), (1.0, 0.25)])
@@ -93,9 +91,9 @@ def test_fractions_count_the_first_layers_that_run(cluster, instance):
     got = roles(method)
     clustered, instanced = max(1, round(cluster * DEPTH)), round(instance * DEPTH)
     for i in range(DEPTH):
-        kind, rule, signs = got[f"bn{i}"]
+        kind, rule = got[f"bn{i}"]
         assert kind == ("NeighbourhoodNorm2d" if i < clustered else "PooledNorm2d")
-        assert rule == (i < instanced) and signs == (i == clustered - 1)
+        assert rule == (i < instanced)
 
 
 def test_a_layer_that_runs_twice_is_refused_by_name():
@@ -135,7 +133,7 @@ def test_the_layers_are_those_of_the_config():
     assert {(m.window, m.neighbours, m.prior_strength) for m in shallow} == {(40, 5, 4.0)}
     assert {m.instance for m in layers(method)} == {(3.0, 1.5), None}
     for adapted in (method, deepcopy(method)):
-        match = next(m.signature for m in layers(adapted) if getattr(m, "signature", None))
+        match = adapted._match
         balance = next(m.keep for m in layers(adapted) if isinstance(m, PooledNorm2d))
         assert isinstance(match, WindowMatch) and isinstance(balance, ClassBalance)
         assert (match.memory, match.pool, match.quantile) == (24, 8, 0.2)
@@ -246,9 +244,10 @@ def test_neighbourhood_layers_pool_the_last_images_only_when_they_are_one_domain
         neighbourhood = [m for m in layers(method) if isinstance(m, NeighbourhoodNorm2d)]
     assert neighbourhood and all(int(m.domain_rows) == expected for m in neighbourhood)
     assert method._signatures.shape[0] == 176  # the last 256 (shallow_window) images'
-    assert method.read_spectra(noise[:40].flatten(2)) == (0, None)  # not images
+    # the deep layers' filter judges the same signatures, of its last 512 (deep_window) images
+    torch.testing.assert_close(method._match.current, log_band_power(torch.cat(batches)))
     method.reset()
-    assert method._signatures is None
+    assert method._signatures is None and method._match.current is None
 
 
 def test_neighbourhood_layers_search_the_spectrally_nearest_images_of_their_pool():

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dyntta.norm import WindowMatch
-from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d
+from dyntta.norm.adaptive import PooledNorm2d
 from tests.norm.bn_helpers import random_bn
 
 
@@ -29,19 +29,20 @@ def random_stream(seed: int, batch_size: int, n_batches: int) -> tuple[list, int
 
 
 def nearest_other_quantile(members: np.ndarray, quantile: float) -> float:
-    """The quantile of the (unit) members' best cosines to another member."""
-    nearest_other = [max(a @ b for j, b in enumerate(members) if j != i)
+    """The quantile of the members' distances to their nearest other member."""
+    nearest_other = [min(np.linalg.norm(a - b) for j, b in enumerate(members) if j != i)
                      for i, a in enumerate(members)]
     return np.quantile(nearest_other, quantile)  # numpy's default is torch's "linear"
 
 
 def kept_by_the_rule(rows: np.ndarray, n_pool: int, quantile: float) -> list[bool]:
-    """The rule read directly: an older row stays when its best cosine to the pool reaches the
-    quantile of the pool members' best cosines to another member."""
-    unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
-    older, pool = unit[:-n_pool], unit[-n_pool:]
-    threshold = nearest_other_quantile(pool, quantile)
-    return [max(row @ member for member in pool) >= threshold for row in older]
+    """The rule read directly: an older row stays when its distance to the nearest pool member
+    is at most the ``1 - quantile`` quantile of the pool members' distances to their nearest
+    other member."""
+    older, pool = rows[:-n_pool], rows[-n_pool:]
+    threshold = nearest_other_quantile(pool, 1.0 - quantile)
+    return [min(np.linalg.norm(row - member) for member in pool) <= threshold
+            for row in older]
 
 
 @settings(max_examples=40, deadline=None)
@@ -68,10 +69,10 @@ def test_a_higher_quantile_keeps_fewer(seed, q1, q2):
     assert not (keep_high & ~keep_low).any()
 
 
-def test_a_remembered_copy_of_a_pool_member_is_kept_and_an_opposite_one_is_not():
+def test_a_remembered_copy_of_a_pool_member_is_kept_and_a_far_one_is_not():
     rng = np.random.default_rng(0)
     batch = rng.normal(size=(6, 4))
-    match = observed(WindowMatch(2, 6, 1.0), [np.stack([batch[2], -batch[2]]), batch])
+    match = observed(WindowMatch(2, 6, 1.0), [np.stack([batch[2], batch[2] + 10.0]), batch])
     assert match.keep(2, 6).tolist() == [True, False]
 
 
@@ -84,37 +85,35 @@ def test_keep_needs_observe_first_and_bad_sizes_are_named():
         WindowMatch(-1, 4, 0.1)
 
 
-def domain_batch(direction: int, seed: int, b: int = 4, c: int = 3) -> torch.Tensor:
+def domain_signatures(direction: int, seed: int, b: int = 4, d: int = 3) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(b, c, 5, 5, generator=g, dtype=torch.float64)
-    x[:, direction] += 8.0  # instance means point along one channel per domain
+    x = torch.randn(b, d, generator=g, dtype=torch.float64)
+    x[:, direction] += 8.0  # each domain's signatures lie around one point of its own
     return x
 
 
 def test_a_deep_layer_drops_window_samples_of_another_domain():
     match = WindowMatch(memory=12, pool=4, quantile=0.1)
-    judge = NeighbourhoodNorm2d(random_bn(3).double(), 0, 4, 16.0, signature=match)
     deep = PooledNorm2d(random_bn(3, seed=1).double(), 12, 0.5, keep=match)
     windowless = PooledNorm2d(random_bn(3, seed=1).double(), 0, 0.5)
     unmatched = PooledNorm2d(random_bn(3, seed=1).double(), 12, 0.5)
-    stream = [domain_batch(0, 0), domain_batch(0, 1), domain_batch(1, 2)]
-    for x in stream:
-        judge(x)
+    g = torch.Generator().manual_seed(0)
+    for direction in (0, 0, 1):
+        match.observe(domain_signatures(direction, seed=direction))
+        x = torch.randn(4, 3, 5, 5, generator=g, dtype=torch.float64)
         out, plain, other = deep(x), windowless(x), unmatched(x)
     # the last batch is of another domain: the 8 remembered samples go, the batch stays alone
     assert torch.equal(out, plain)
     assert not torch.allclose(out, other)
-    # a fourth batch of the new domain keeps the third, not the first two
-    x = domain_batch(1, 3)
-    judge(x)
-    kept = match.keep(8, 4)
-    assert kept.tolist() == [False] * 4 + [True] * 4
+    # a fourth batch of the new domain (the third's signatures again) keeps the third, not the
+    # first two
+    match.observe(domain_signatures(1, seed=1))
+    assert match.keep(8, 4).tolist() == [False] * 4 + [True] * 4
 
 
 def test_reset_forgets_the_signatures():
     match = WindowMatch(8, 4, 0.1)
-    judge = NeighbourhoodNorm2d(random_bn(3).double(), 0, 4, 16.0, signature=match)
-    judge(domain_batch(0, 0))
+    match.observe(domain_signatures(0, 0))
     match.reset()
     assert match.current is None
     with pytest.raises(RuntimeError, match="observe"):

@@ -156,10 +156,8 @@ class DATTA(NormalizationMethod):
         self.cache: list[float] = [0.0]
         self.last_single: bool | None = None
 
-    @torch.no_grad()
-    def step(self, x: torch.Tensor) -> torch.Tensor:
+    def before_forward(self, x: torch.Tensor) -> None:
         self._decide(first_input(self.model, self.layers[0], x))
-        return self.model(x)
 
     def _decide(self, first_bn_input: torch.Tensor) -> None:
         score = diversity_score(first_bn_input, self.layers[0].running_mean)

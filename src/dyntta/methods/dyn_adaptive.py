@@ -10,10 +10,10 @@ they run (found by one probe forward on the first batch):
   (:func:`~dyntta.norm.spectrum.nearest_spectra`); where the spectra of the batch's images,
   topped up to 32 with the images just before it, say they are one domain
   (:func:`~dyntta.norm.spectrum.one_domain`), those images are one group there instead;
-- the others pool the batch with the last ``deep_window`` samples, of which they keep those that
-  look like the current pool at the last neighbourhood layer (:class:`~dyntta.norm.WindowMatch`)
-  and, of those, the most recent ``deep_balance`` of each predicted class
-  (:class:`~dyntta.norm.ClassBalance`, NOTE's class-balanced memory), with a source weight that
+- the others pool the batch with the last ``deep_window`` samples, of which they keep those whose
+  spectra look like the current pool's (:class:`~dyntta.norm.WindowMatch`) and, of those, the
+  most recent ``deep_balance`` of each predicted class (:class:`~dyntta.norm.ClassBalance`,
+  NOTE's class-balanced memory), with a source weight that
   follows how evenly the last ``window`` predictions spread over the classes
   (:func:`~dyntta.norm.mixing.label_balance_weight`;
   :class:`~dyntta.norm.adaptive.PooledNorm2d`);
@@ -25,7 +25,8 @@ Shallow layers' statistics carry the domain, deep ones' the labels (IBN-Net, Pan
 2018): hence neighbourhoods and the instance rule in the first layers, label-balanced pools in
 the others. A sample's nearest samples share its content as well as its domain, so in a batch
 of one domain the batch serves better than any neighbourhood, and in a mixed one the search
-keeps to the images whose spectra (which corruptions move more than content does) are nearest.
+keeps to the images whose spectra (which corruptions move more than content does) are nearest;
+the deep layers' long window, too, keeps to the images whose spectra match the current ones.
 The measurements behind each rule and constant: RESULTS.md, "How `dyn_adaptive`'s defaults
 were chosen" and "`dyn_adaptive` across architectures".
 
@@ -183,9 +184,8 @@ class DYNAdaptive(NormalizationMethod):
             bn = self.model.get_submodule(name)
             instance = (c.instance_k, c.instance_spread) if i < n_instance else None
             if i < n_clustered:
-                layer = NeighbourhoodNorm2d(
-                    bn, c.shallow_window, c.neighbours, c.prior_strength, instance,
-                    signature=self._match if i == n_clustered - 1 else None)
+                layer = NeighbourhoodNorm2d(bn, c.shallow_window, c.neighbours,
+                                            c.prior_strength, instance)
             else:
                 layer = PooledNorm2d(bn, c.deep_window, FIRST_WEIGHT, instance, self._balance)
             parent, _, attribute = name.rpartition(".")
@@ -225,10 +225,10 @@ class DYNAdaptive(NormalizationMethod):
             match.current.shape[0] == match.memory + batch_size and \
             classes is not None and classes.shape[0] >= self._balance.memory
 
-    def read_spectra(self, x: torch.Tensor) -> tuple[int, torch.Tensor | None]:
-        """What the spectral signatures of the batch ``x`` (B images) and of the images before
-        it say (:mod:`~dyntta.norm.spectrum`; the last ``max(shallow_window, MIN_IMAGES)``
-        images' are remembered):
+    def read_spectra(self, batch: torch.Tensor) -> tuple[int, torch.Tensor]:
+        """What the (B, D) spectral signatures of the batch
+        (:func:`~dyntta.norm.spectrum.log_band_power`) and those of the images before it say
+        (the last ``max(shallow_window, MIN_IMAGES)`` images' are remembered):
 
         - how many of the last images are one domain: ``max(B, MIN_IMAGES)`` when the spectra
           of that many say so (:func:`~dyntta.norm.spectrum.one_domain`), else B when those of
@@ -236,15 +236,9 @@ class DYNAdaptive(NormalizationMethod):
         - each image's ``MIN_IMAGES`` candidate neighbours: (B, K) indices into the pool of the
           neighbourhood layers (the last ``max(shallow_window, B)`` images, as many as seen) of
           the images whose spectra are nearest its own
-          (:func:`~dyntta.norm.spectrum.nearest_spectra`).
-
-        ``(0, None)`` for input that is not images."""
-        if x.ndim != 4:
-            return 0, None
-        b, seen = x.shape[0], 0 if self._signatures is None else self._signatures.shape[0]
-        recent = log_band_power(x.detach().float())
-        if seen:
-            recent = torch.cat([self._signatures, recent])
+          (:func:`~dyntta.norm.spectrum.nearest_spectra`)."""
+        b, seen = batch.shape[0], 0 if self._signatures is None else self._signatures.shape[0]
+        recent = torch.cat([self._signatures, batch]) if seen else batch
         self._signatures = recent[-max(self.config.shallow_window, MIN_IMAGES) :]
         last = recent[-max(b, MIN_IMAGES) :]
         # a batch of MIN_IMAGES or more is `last` itself: judged once
@@ -253,17 +247,24 @@ class DYNAdaptive(NormalizationMethod):
         pool = recent[-(b + min(max(0, self.config.shallow_window - b), seen)) :]
         return rows, nearest_spectra(pool, MIN_IMAGES, b)
 
-    @torch.no_grad()
-    def step(self, x: torch.Tensor) -> torch.Tensor:
+    def before_forward(self, x: torch.Tensor) -> None:
+        """The roles (first batch), then what the batch's spectra say, into the filter and the
+        neighbourhood layers, and the deep source weight, into the pooling layers."""
         if self._placeholders:
             self.assign_roles(x)
-        rows, candidates = self.read_spectra(x)
+        signatures = log_band_power(x.detach().float())
+        self._match.observe(signatures)
+        rows, candidates = self.read_spectra(signatures)
         for m in self.layers():
             if isinstance(m, PooledNorm2d):
                 m.source_weight.copy_(self.deep_source_weight)
             else:
                 m.domain_rows.fill_(rows)
                 m.candidates = candidates
+
+    @torch.no_grad()
+    def step(self, x: torch.Tensor) -> torch.Tensor:
+        self.before_forward(x)
         # compiled: eager while the windows fill, the compiled graph once their shapes hold
         steady = not self.compiled or self.windows_steady(x.shape[0])
         logits = self.model(x) if steady else self.model.forward(x)

@@ -23,4 +23,9 @@ class NormalizationMethod(Method):
 
     @torch.no_grad()
     def step(self, x: torch.Tensor) -> torch.Tensor:
+        self.before_forward(x)
         return self.model(x)
+
+    def before_forward(self, x: torch.Tensor) -> None:
+        """Set what the adapted network reads for the batch ``x``, before it runs (methods
+        whose layers follow decisions made from the whole batch; default: nothing)."""

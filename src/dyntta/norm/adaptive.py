@@ -276,13 +276,10 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
     Args:
         neighbours: n >= 1.
         prior_strength: N > 0, the source's weight in samples.
-        signature: None, or a :class:`~dyntta.norm.WindowMatch` this layer writes the batch's
-            instance means into, every forward.
     """
 
     def __init__(self, bn: nn.BatchNorm2d, window: int, neighbours: int, prior_strength: float,
-                 instance: tuple[float, float] | None = None,
-                 signature: WindowMatch | None = None) -> None:
+                 instance: tuple[float, float] | None = None) -> None:
         super().__init__(bn, window, instance)
         if neighbours < 1:
             raise ValueError(f"neighbours must be >= 1 (samples), got {neighbours}")
@@ -290,7 +287,6 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
             raise ValueError(f"prior_strength must be > 0 (samples), got {prior_strength}")
         self.neighbours = neighbours
         self.prior_strength = prior_strength
-        self.signature = signature
         self.register_buffer("domain_rows", torch.tensor(0), persistent=False)
         self.register_buffer("candidates", None, persistent=False)
 
@@ -298,8 +294,6 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
     traced_operator = traced_neighbourhood
 
     def arguments(self, mu, n_window, length):
-        if self.signature is not None:
-            self.signature.observe(mu)
         return (self.domain_rows, self.running_mean, self.running_var, self.neighbours,
                 self.candidates, self.prior_strength, length, *self.rule(), self.eps)
 

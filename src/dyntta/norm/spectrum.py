@@ -90,6 +90,12 @@ def signature_spread(signatures: torch.Tensor) -> torch.Tensor:
     return signatures.std(0).mean()
 
 
+def signature_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(n, m) Euclidean distances between the rows of ``a`` (n, D) and ``b`` (m, D), from exact
+    differences (no matrix product), so that a row is at distance 0 from itself."""
+    return torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist")
+
+
 def nearest_spectra(signatures: torch.Tensor, k: int, queries: int) -> torch.Tensor:
     """Indices into (P, D) :func:`log_band_power` signatures of the ``min(k, P)`` rows nearest
     (Euclidean) to each of the last ``queries`` rows, nearest first: the images most likely of
@@ -101,9 +107,7 @@ def nearest_spectra(signatures: torch.Tensor, k: int, queries: int) -> torch.Ten
     if not 1 <= queries <= signatures.shape[0]:
         raise ValueError(f"queries must be in 1..{signatures.shape[0]} (the signatures' rows), "
                          f"got {queries}")
-    # exact differences (no matrix product), so that each query is at distance 0 from itself
-    distance = torch.cdist(signatures[-queries:], signatures,
-                           compute_mode="donot_use_mm_for_euclid_dist")
+    distance = signature_distances(signatures[-queries:], signatures)
     return distance.topk(min(k, signatures.shape[0]), dim=1, largest=False).indices
 
 

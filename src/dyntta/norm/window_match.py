@@ -2,21 +2,22 @@
 
 Beyond the DYN paper. A layer whose statistics follow the labels (a deep layer) gains
 from a long window of past samples against label shift, but a long window also spans past
-domains. One layer that still separates domains (a shallow one) writes each batch's instance
-means here (:meth:`WindowMatch.observe`); the deep layers then keep only the remembered samples
-that are as close to the current pool as the pool's own members are to each other
-(:meth:`WindowMatch.keep`). Closeness is LISC's cosine similarity of instance means.
+domains. The owner writes a signature of each batch's samples here (:meth:`WindowMatch.observe`;
+``dyn_adaptive`` their spectra, :func:`~dyntta.norm.spectrum.log_band_power`, which tell
+domains apart whatever the content); the deep layers then keep only the remembered samples that
+are as close to the current pool as the pool's own members are to each other
+(:meth:`WindowMatch.keep`). Closeness is the Euclidean distance of signatures.
 """
 
 from __future__ import annotations
 
 import torch
 
-from dyntta.norm.lisc import unit_rows
+from dyntta.norm.spectrum import signature_distances
 
 
 class WindowMatch:
-    """The signatures (unit-norm instance means at one layer) of the last samples seen.
+    """The signatures (one vector per sample) of the last samples seen.
 
     Args:
         memory: how many past samples' signatures to keep (at least the longest window that
@@ -24,9 +25,9 @@ class WindowMatch:
         pool: the most recent samples (batch included, at least the batch) that are always
             kept and that the older ones are judged against; a layer's ``window`` with
             ``top_up``.
-        quantile: an older sample is kept when its highest similarity to the pool is at least
-            this quantile of the pool members' similarities to their nearest other member
-            (0: as close as the pool's loneliest member; 0.5: as its median member).
+        quantile: q: an older sample is kept when its distance to the nearest pool member is
+            at most the ``1 - q`` quantile of the pool members' distances to their nearest other
+            member (0: as close as the pool's loneliest member; 0.5: as its median member).
     """
 
     def __init__(self, memory: int, pool: int, quantile: float) -> None:
@@ -44,9 +45,9 @@ class WindowMatch:
         self.current: torch.Tensor | None = None  # the last ``memory`` signatures, then the batch's
         self.decided: dict[tuple[int, int], torch.Tensor] = {}  # keep()'s answers this batch
 
-    def observe(self, mu: torch.Tensor) -> None:
-        """Record the (B, C) instance means of the current batch (once per forward)."""
-        batch = unit_rows(mu.detach())
+    def observe(self, signatures: torch.Tensor) -> None:
+        """Record the (B, D) signatures of the current batch (once per forward)."""
+        batch = signatures.detach()
         if self.current is not None and self.memory:
             batch = torch.cat([self.current[-self.memory :], batch])
         self.current = batch
@@ -62,19 +63,22 @@ class WindowMatch:
 
     def judge(self, n_window: int, batch_size: int) -> torch.Tensor:
         if self.current is None or self.current.shape[0] < n_window + batch_size:
-            raise RuntimeError("WindowMatch.keep before observe saw these samples: the observing "
-                               "layer must run before the layers that keep")
+            raise RuntimeError("WindowMatch.keep before observe saw these samples: the owner "
+                               "must observe each batch before the layers keep")
         rows = self.current[self.current.shape[0] - n_window - batch_size :]
         n_pool = min(n_window + batch_size, max(self.pool, batch_size))
         older, pool = rows[:-n_pool], rows[-n_pool:]
         kept = torch.ones(n_window, dtype=torch.bool, device=rows.device)
         if older.shape[0] == 0 or n_pool < 2:
             return kept
-        kept[: older.shape[0]] = (older @ pool.T).max(1).values >= self.threshold(pool)
+        nearest = signature_distances(older, pool).min(1).values
+        kept[: older.shape[0]] = nearest <= self.threshold(pool)
         return kept
 
     def threshold(self, members: torch.Tensor) -> torch.Tensor:
-        """The ``quantile`` of the members' similarities to their nearest other member."""
-        within = members @ members.T
-        within.fill_diagonal_(-2.0)  # below any cosine: a member is not its own neighbour
-        return torch.quantile(within.max(1).values, self.quantile)
+        """The ``1 - quantile`` quantile of the members' distances to their nearest other
+        member."""
+        within = signature_distances(members, members)
+        within.fill_diagonal_(float("inf"))  # a member is not its own neighbour
+        return torch.quantile(within.min(1).values, 1.0 - self.quantile)
+
