@@ -268,6 +268,35 @@ def test_neighbourhood_layers_search_the_spectrally_nearest_images_of_their_pool
             torch.testing.assert_close(distance.gather(1, m.candidates), expected)
 
 
+def test_pooling_layers_group_each_image_with_the_spectrally_nearest_rows_they_keep():
+    """On a batch not of one domain, each image's group in the pooling layers is the
+    ``window`` rows they keep of their pool (the last ``deep_window - B`` images, then the
+    batch) whose signatures are nearest its own; on a batch of one domain, the pool."""
+    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", window=6, deep_window=20,
+                          deep_balance=2)
+    base = smooth_images(72, seed=7)
+    images = torch.cat([noisy(base[:24], seed=8), blurred(base[24:40])])
+    images = images[torch.randperm(40, generator=torch.Generator().manual_seed(0))]
+    for start in range(0, 40, 8):
+        x = images[start : start + 8]
+        probe = deepcopy(method)  # the decisions for x, read before the method takes it
+        probe.before_forward(x)
+        deep = [m for m in layers(probe) if isinstance(m, PooledNorm2d)]
+        n_window = min(20 - 8, start)
+        kept = deep[0].kept(n_window, 8, x) > 0
+        pool = log_band_power(images[start - n_window : start + 8])
+        distance = ((pool[-8:, None] - pool[None]) ** 2).sum(-1).sqrt()
+        distance[:, ~kept] = float("inf")
+        expected = distance.sort(1).values[:, : min(6, int(kept.sum()))]
+        assert deep and kept[:n_window].any() == (start > 0)
+        for m in deep:
+            torch.testing.assert_close(distance.gather(1, m.candidates), expected)
+        with torch.no_grad():
+            method(x)
+    method.before_forward(noisy(base[40:], seed=9))  # 32 images of one domain
+    assert all(m.candidates is None for m in layers(method) if isinstance(m, PooledNorm2d))
+
+
 def test_compiled_network_follows_the_one_domain_test():
     torch._dynamo.reset()
     model = tiny_resnet()

@@ -114,6 +114,29 @@ def test_pooled_layer_is_the_batch_at_the_weight_its_owner_sets():
     assert "source_weight" not in layer.state_dict()  # its owner's state, not the layer's
 
 
+def test_pooled_layer_with_candidates_gives_each_sample_its_candidate_rows():
+    """Each sample's group is its candidate rows of the pool (the remembered samples, then the
+    batch), at the weight its owner sets; None: the pool again."""
+    bn = source_bn().double()
+    x = mixed_batch(b=12)
+    layer = PooledNorm2d(bn, window=8, source_weight=0.3).double()
+    layer(x[:6])  # 6 remembered, of which the last 4 top up a batch of 4
+    g = torch.Generator().manual_seed(0)
+    candidates = torch.stack([torch.randperm(8, generator=g)[:3] for _ in range(4)])
+    layer.candidates = candidates
+    pool = x[2:10]
+    mu, s2 = pool.mean((2, 3)), pool.var((2, 3))
+    mean = torch.stack([mu[c].mean(0) for c in candidates])
+    var = torch.stack([s2[c].mean(0) + mu[c].var(0, unbiased=False) for c in candidates])
+    got = layer.statistics(x[6:10])
+    torch.testing.assert_close(got[0], 0.3 * bn.running_mean + 0.7 * mean)
+    torch.testing.assert_close(got[1], 0.3 * bn.running_var + 0.7 * var)
+    assert "candidates" not in layer.state_dict()  # its owner's, set before each batch
+    layer.candidates = None  # a batch of 2 after the 6 most recent: one pool
+    whole = group_reference(x[4:], bn, None, 0.3)
+    torch.testing.assert_close(layer.statistics(x[10:])[0], whole[0][0])
+
+
 @pytest.mark.parametrize("layer", ["neighbourhood", "pooled"])
 @pytest.mark.parametrize("c", [0.5, 3.0])
 def test_instance_rule_band_is_c_observed_deviations_per_channel_at_least_k(layer, c):

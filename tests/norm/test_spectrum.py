@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.nn import functional as F
 
 from dyntta.norm.spectrum import (
@@ -104,6 +106,26 @@ def test_nearest_spectra_are_the_rows_at_the_smallest_distances(pool, queries, k
     expected = distance.sort(1).values[:, : min(k, pool)]
     torch.testing.assert_close(distance.gather(1, index), expected)
     assert index[:, 0].tolist() == list(range(pool - queries, pool))  # each query itself first
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 30), st.integers(1, 40))
+def test_nearest_spectra_among_allowed_rows_only(seed, pool, k):
+    """With a mask, the nearest allowed rows, as many as are allowed up to k (the queries, the
+    last rows, always allowed)."""
+    g = torch.Generator().manual_seed(seed)
+    signatures = torch.randn(pool, 6, generator=g, dtype=torch.float64)
+    queries = int(torch.randint(1, pool + 1, (), generator=g))
+    allowed = torch.rand(pool, generator=g) < 0.5
+    allowed[-queries:] = True
+    index = nearest_spectra(signatures, k, queries, allowed)
+    rows = allowed.nonzero().flatten()
+    assert index.shape == (queries, min(k, rows.numel()))
+    assert allowed[index].all()
+    for i, query in enumerate(signatures[-queries:]):
+        distance = (signatures[rows] - query).square().sum(1).sqrt()
+        torch.testing.assert_close((signatures[index[i]] - query).square().sum(1).sqrt(),
+                                   distance.sort().values[: index.shape[1]])
 
 
 def test_nearest_spectra_of_two_corruptions_keep_to_each_one():

@@ -16,7 +16,8 @@ they run (found by one probe forward on the first batch):
   NOTE's class-balanced memory), with a source weight that
   follows how evenly the last ``window`` predictions spread over the classes
   (:func:`~dyntta.norm.mixing.label_balance_weight`;
-  :class:`~dyntta.norm.adaptive.PooledNorm2d`);
+  :class:`~dyntta.norm.adaptive.PooledNorm2d`); on a batch not of one domain each sample's group
+  there is, of those, the ``window`` whose spectra are nearest its own;
 - the first ``instance_fraction`` of them apply NOTE's instance-aware rule around those
   statistics, with a band widened per channel to the spread of instance means actually observed
   (:func:`~dyntta.norm.adaptive.widened_instance_rule`).
@@ -26,15 +27,16 @@ Shallow layers' statistics carry the domain, deep ones' the labels (IBN-Net, Pan
 the others. A sample's nearest samples share its content as well as its domain, so in a batch
 of one domain the batch serves better than any neighbourhood, and in a mixed one the search
 keeps to the images whose spectra (which corruptions move more than content does) are nearest;
-the deep layers' long window, too, keeps to the images whose spectra match the current ones.
+the deep layers' long window, too, keeps to the images whose spectra match the current ones,
+and on a mixed batch each sample's deep group to its spectrally nearest.
 The measurements behind each rule and constant: RESULTS.md, "How `dyn_adaptive`'s defaults
 were chosen" and "`dyn_adaptive` across architectures".
 
 State: each layer remembers its window of instance statistics; the method owns what several
 layers share: the deep layers' source weight (buffer ``deep_source_weight``), the spectral
 signatures of the last images and what it sets in the neighbourhood layers before each batch
-from them (the one-domain decision, each sample's candidates), the last predictions and the two
-window filters.
+from them (the one-domain decision, each sample's candidates and deep group), the last
+predictions and the two window filters.
 """
 
 from __future__ import annotations
@@ -73,8 +75,9 @@ class DYNAdaptiveConfig:
         pool; in (0, 1]; 0.5.
     balanced_alpha, balance_power: the deep source weight for perfectly even predictions (0.4)
         and its power p (2: it leaves 1 as the square of the evenness).
-    window: the predictions the deep source weight reads, and the pool (batch topped up with
-        the most recent samples) that the deep layers' filter judges against; 64.
+    window: the predictions the deep source weight reads, the pool (batch topped up with the
+        most recent samples) that the deep layers' filter judges against, and each image's
+        group in those layers on a batch not of one domain; 64.
     shallow_window, deep_window: samples remembered by the neighbourhood layers (256) and by
         the pooling layers (512); each tops a batch of B up with ``window - B`` of them.
     deep_match: the quantile q in [0, 1] of :class:`~dyntta.norm.WindowMatch`; 0.1.
@@ -247,17 +250,33 @@ class DYNAdaptive(NormalizationMethod):
         pool = recent[-(b + min(max(0, self.config.shallow_window - b), seen)) :]
         return rows, nearest_spectra(pool, MIN_IMAGES, b)
 
+    def deep_groups(self, batch_size: int) -> torch.Tensor | None:
+        """Each image's group in the pooling layers on a batch not of one domain: (B, K) indices
+        into their pool (the batch after the remembered samples that top it up) of the
+        ``window`` rows they keep whose spectral signatures are nearest its own
+        (:func:`~dyntta.norm.spectrum.nearest_spectra`); None without pooling layers."""
+        deep = next((m for m in self.layers() if isinstance(m, PooledNorm2d)), None)
+        if deep is None:
+            return None
+        n_window = deep.n_window(batch_size)
+        pool = self._match.current[self._match.current.shape[0] - n_window - batch_size :]
+        kept = deep.kept(n_window, batch_size, pool) > 0
+        return nearest_spectra(pool, self.config.window, batch_size, kept)
+
     def before_forward(self, x: torch.Tensor) -> None:
         """The roles (first batch), then what the batch's spectra say, into the filter and the
-        neighbourhood layers, and the deep source weight, into the pooling layers."""
+        layers (the one-domain decision, each image's candidates in the neighbourhood layers
+        or its group in the pooling layers), and the deep source weight."""
         if self._placeholders:
             self.assign_roles(x)
         signatures = log_band_power(x.detach().float())
         self._match.observe(signatures)
         rows, candidates = self.read_spectra(signatures)
+        groups = None if rows else self.deep_groups(x.shape[0])
         for m in self.layers():
             if isinstance(m, PooledNorm2d):
                 m.source_weight.copy_(self.deep_source_weight)
+                m.candidates = groups
             else:
                 m.domain_rows.fill_(rows)
                 m.candidates = candidates

@@ -6,8 +6,9 @@ with the instance statistics of the samples seen just before it.
 - :class:`NeighbourhoodNorm2d`: each sample takes the statistics of its ``n`` most similar
   samples (among the candidates its owner gives), the source weighted by that size; the last
   samples its owner marks as one domain are one group;
-- :class:`PooledNorm2d`: one pool of the batch and the remembered samples a filter keeps, the
-  source weighted by a weight its owner sets.
+- :class:`PooledNorm2d`: one pool of the batch and the remembered samples a filter keeps (or,
+  per sample, the candidates its owner gives among them), the source weighted by a weight its
+  owner sets.
 """
 
 from __future__ import annotations
@@ -165,12 +166,17 @@ def _neighbourhood_operator(
 def _pooled_operator(
     mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None,
     window_var: torch.Tensor | None, n_window: int, window: int, weight: torch.Tensor,
-    running_mean: torch.Tensor, running_var: torch.Tensor, source_weight: torch.Tensor,
-    length: int, k: float | None, c: float, eps: float,
+    candidates: torch.Tensor | None, running_mean: torch.Tensor, running_var: torch.Tensor,
+    source_weight: torch.Tensor, length: int, k: float | None, c: float, eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     pool_mu, pool_s2 = pool_of(mu, s2, window_mean, window_var, n_window)
-    mean, var = pooled_statistics(mu, s2, pool_mu, pool_s2, weight, running_mean, running_var,
-                                  source_weight, length, k, c, eps)
+    if candidates is None:
+        mean, var = pooled_statistics(mu, s2, pool_mu, pool_s2, weight, running_mean,
+                                      running_var, source_weight, length, k, c, eps)
+    else:  # each sample's group: its candidate rows
+        mean, var, spread = neighbourhood_stats(pool_mu, pool_s2, candidates)
+        mean, var = source_mixed(mu, s2, mean, var, spread, source_weight, running_mean,
+                                 running_var, length, k, c, eps)
     return mean, var, *next_window(pool_mu, pool_s2, window)
 
 
@@ -199,9 +205,10 @@ def _(mu, s2, window_mean, window_var, n_window, window, *_args):
 
 
 @traced_pooled.register_fake
-def _(mu, s2, window_mean, window_var, n_window, window, weight, running_mean, running_var,
-      source_weight, length, k, c, eps):
-    return _fake_outputs(mu, n_window, window, per_sample=k is not None and length > 1)
+def _(mu, s2, window_mean, window_var, n_window, window, weight, candidates, running_mean,
+      running_var, source_weight, length, k, c, eps):
+    per_sample = candidates is not None or (k is not None and length > 1)
+    return _fake_outputs(mu, n_window, window, per_sample=per_sample)
 
 
 class WindowedNorm2d(SourceNorm2d):
@@ -242,10 +249,15 @@ class WindowedNorm2d(SourceNorm2d):
         n_window, window)``."""
         raise NotImplementedError
 
+    def n_window(self, batch_size: int) -> int:
+        """How many remembered samples top up a batch of ``batch_size``: the pool is the last
+        ``n_window`` of them, then the batch."""
+        remembered = 0 if self.window_mean is None else self.window_mean.shape[0]
+        return min(max(0, self.window - batch_size), remembered)
+
     def statistics(self, x):
         mu, s2 = instance_stats(x)
-        remembered = 0 if self.window_mean is None else self.window_mean.shape[0]
-        n_window = min(max(0, self.window - x.shape[0]), remembered)
+        n_window = self.n_window(x.shape[0])
         operator = self.traced_operator if compiled_here(mu) else self.operator
         mean, var, window_mean, window_var = operator(
             mu, s2, self.window_mean, self.window_var, n_window, self.window,
@@ -301,7 +313,9 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
 class PooledNorm2d(WindowedNorm2d):
     """One group: the batch and the remembered samples ``keep`` keeps, mixed with the source at
     the 0-dim buffer ``source_weight`` (not saved: its owner sets it before each batch; a
-    buffer, so compiled code reads its current value).
+    buffer, so compiled code reads its current value). Where its owner sets the buffer
+    ``candidates`` (None, or (B, K) indices into the pool of rows ``keep`` keeps; not saved),
+    each sample's group is its K candidate rows instead.
 
     Args:
         keep: None (keep every remembered sample) or a filter whose ``keep(n_window, batch)``
@@ -316,6 +330,7 @@ class PooledNorm2d(WindowedNorm2d):
         self.keep = keep
         self.register_buffer("source_weight", torch.tensor(float(source_weight)),
                              persistent=False)
+        self.register_buffer("candidates", None, persistent=False)
 
     def kept(self, n_window: int, b: int, like: torch.Tensor) -> torch.Tensor:
         """(n_window + b,) weights of the pool's rows: 1 for the batch and the remembered rows
@@ -329,5 +344,5 @@ class PooledNorm2d(WindowedNorm2d):
     traced_operator = traced_pooled
 
     def arguments(self, mu, n_window, length):
-        return (self.kept(n_window, mu.shape[0], mu), self.running_mean, self.running_var,
-                self.source_weight, length, *self.rule(), self.eps)
+        return (self.kept(n_window, mu.shape[0], mu), self.candidates, self.running_mean,
+                self.running_var, self.source_weight, length, *self.rule(), self.eps)

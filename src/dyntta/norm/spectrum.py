@@ -96,19 +96,25 @@ def signature_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist")
 
 
-def nearest_spectra(signatures: torch.Tensor, k: int, queries: int) -> torch.Tensor:
+def nearest_spectra(signatures: torch.Tensor, k: int, queries: int,
+                    allowed: torch.Tensor | None = None) -> torch.Tensor:
     """Indices into (P, D) :func:`log_band_power` signatures of the ``min(k, P)`` rows nearest
     (Euclidean) to each of the last ``queries`` rows, nearest first: the images most likely of
-    each image's domain, whatever their content.
+    each image's domain, whatever their content. With ``allowed``, a (P,) bool mask that
+    allows the queries, only the ``min(k, allowed rows)`` nearest allowed rows.
 
     Returns:
-        (queries, min(k, P)) int64.
+        (queries, min(k, P)) int64 (fewer columns with ``allowed``).
     """
     if not 1 <= queries <= signatures.shape[0]:
         raise ValueError(f"queries must be in 1..{signatures.shape[0]} (the signatures' rows), "
                          f"got {queries}")
     distance = signature_distances(signatures[-queries:], signatures)
-    return distance.topk(min(k, signatures.shape[0]), dim=1, largest=False).indices
+    n = signatures.shape[0]
+    if allowed is not None:
+        distance = distance.masked_fill(~allowed, float("inf"))
+        n = int(allowed.sum())
+    return distance.topk(min(k, n), dim=1, largest=False).indices
 
 
 def spread_threshold(n: int) -> float:
