@@ -83,8 +83,9 @@ def variant_cells(grid, names):
 
 
 def compact(records, labels, focus):
-    """One Markdown row per stream: every label's accuracy, then ``focus`` minus dyn and minus
-    the best other label, with paired 95% intervals (``=``: tie, ``+``/``-``: beyond it)."""
+    """One Markdown row per stream: every label's accuracy (bold: the best and every label tied
+    with it), then ``focus`` minus dyn and minus the best other label, with paired 95%
+    intervals (``=``: tie, ``+``/``-``: beyond it)."""
     runs = collections.defaultdict(lambda: collections.defaultdict(list))
     for r in records:
         c = r["config"]
@@ -99,19 +100,29 @@ def compact(records, labels, focus):
         acc = {lab: 100 * np.mean([r["accuracy"] for r in rs]) for lab, rs in by.items()}
         best = max((lab for lab in acc if lab != focus), key=acc.get)
 
-        def diff(ref):
-            seeds = {r["seed"] for r in by[focus]} & {r["seed"] for r in by[ref]}
+        def interval(a, b):
+            seeds = {r["seed"] for r in by[a]} & {r["seed"] for r in by[b]}
             pick = [sorted((r for r in by[lab] if r["seed"] in seeds), key=lambda r: r["seed"])
-                    for lab in (focus, ref)]
-            low, high = difference_interval(*[([r["batch_correct"] for r in rs],
-                                               [r["batch_n"] for r in rs]) for rs in pick])
+                    for lab in (a, b)]
+            return difference_interval(*[([r["batch_correct"] for r in rs],
+                                          [r["batch_n"] for r in rs]) for rs in pick])
+
+        def diff(ref):
+            low, high = interval(focus, ref)
             mark = "=" if low <= 0 <= high else ("+" if low > 0 else "-")
             return f"{acc[focus] - acc[ref]:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] {mark}"
 
+        top = max(acc, key=acc.get)
+
+        def shown_accuracy(lab):
+            low, high = (0.0, 0.0) if lab == top else interval(lab, top)
+            text = f"{acc[lab]:.1f}"
+            return f"**{text}**" if low <= 0 <= high else text
+
         seeds = len({r["seed"] for r in by[focus]})
-        cells = [f"{acc[lab]:.1f}" if lab in acc else "" for lab in shown]
+        cells = [shown_accuracy(lab) if lab in acc else "" for lab in shown]
         lines.append(f"| {stream[0]} | {stream[1]} | {stream[2]} | {seeds} | "
-                     + " | ".join(cells) + f" | **{acc[focus]:.1f}** | "
+                     + " | ".join(cells) + f" | {shown_accuracy(focus)} | "
                      + (diff("dyn") if "dyn" in by else "") + f" | {diff(best)} ({best}) |")
     return "\n".join(lines)
 

@@ -34,9 +34,9 @@ were chosen" and "`dyn_adaptive` across architectures".
 
 State: each layer remembers its window of instance statistics; the method owns what several
 layers share: the deep layers' source weight (buffer ``deep_source_weight``), the spectral
-signatures of the last images and what it sets in the neighbourhood layers before each batch
-from them (the one-domain decision, each sample's candidates and deep group), the last
-predictions and the two window filters.
+signatures of the last images and what it sets in the layers before each batch from them (the
+one-domain decision, each sample's candidates and its deep group), the last predictions and the
+two window filters.
 """
 
 from __future__ import annotations
