@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d
 from dyntta.norm.layers import mix, normalize
 from dyntta.norm.neighbours import nearest_neighbours
-from dyntta.norm.stats import instance_stats, neighbourhood_stats
+from dyntta.norm.stats import instance_stats, neighbourhood_stats, weighted_stats
 from tests.norm.test_layers import mixed_batch, source_bn
 
 
@@ -71,6 +71,32 @@ def test_neighbourhood_stats_are_the_statistics_of_the_pooled_pixels():
         torch.testing.assert_close(var[i], pixels.var((1, 2), unbiased=False))
         # the spread of the members' means: their variance, repeats counted as often as named
         torch.testing.assert_close(spread[i], mu[rows].var(0, unbiased=False))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 12), st.floats(-50.0, 50.0))
+def test_weighted_stats_are_the_statistics_of_the_weighted_pixels(seed, groups, offset):
+    """Weights over the pool's rows (each row summing to 1): the weighted pixels' mean and
+    variance, and the weighted variance of the members' means, whatever the common offset."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(9, 3, 4, 5, generator=g, dtype=torch.float64) * torch.arange(1, 10).view(
+        9, 1, 1, 1) + offset
+    mu, s2 = instance_stats(x, unbiased=False)
+    weights = torch.rand(groups, 9, generator=g, dtype=torch.float64)
+    weights[weights < 0.4] = 0.0
+    weights[:, 0] += 0.1  # no empty group
+    weights /= weights.sum(1, keepdim=True)
+    mean, var, spread = weighted_stats(mu, s2, weights)
+    for i, w in enumerate(weights):
+        pixel_mean = (w[:, None] * mu).sum(0)
+        second = (w[:, None] * (s2 + mu.square())).sum(0)  # E[x^2] over the weighted pixels
+        torch.testing.assert_close(mean[i], pixel_mean)
+        torch.testing.assert_close(var[i], second - pixel_mean.square())
+        torch.testing.assert_close(spread[i], (w[:, None] * (mu - pixel_mean).square()).sum(0))
+    index = torch.tensor([[0, 3, 6], [2, 5, 8]])  # equal weights: a neighbourhood's statistics
+    equal = torch.zeros(2, 9, dtype=torch.float64).scatter_(1, index, 1.0 / 3)
+    for got, expected in zip(weighted_stats(mu, s2, equal), neighbourhood_stats(mu, s2, index)):
+        torch.testing.assert_close(got, expected)
 
 
 def test_neighbourhoods_covering_the_batch_are_one_pool():

@@ -20,7 +20,8 @@ from dyntta.norm.class_balance import ClassBalance
 from dyntta.norm.layers import SourceNorm2d, compiled_here, mix
 from dyntta.norm.mixing import size_weight
 from dyntta.norm.neighbours import nearest_neighbours
-from dyntta.norm.stats import instance_stats, neighbourhood_stats, shrink_to_reference, spread_ratio
+from dyntta.norm.stats import (
+    instance_stats, neighbourhood_stats, shrink_to_reference, spread_ratio, weighted_stats)
 from dyntta.norm.window_match import WindowMatch
 
 
@@ -173,8 +174,10 @@ def _pooled_operator(
     if candidates is None:
         mean, var = pooled_statistics(mu, s2, pool_mu, pool_s2, weight, running_mean,
                                       running_var, source_weight, length, k, c, eps)
-    else:  # each sample's group: its candidate rows
-        mean, var, spread = neighbourhood_stats(pool_mu, pool_s2, candidates)
+    else:  # each sample's group: its candidate rows, equally weighted
+        groups = pool_mu.new_zeros(mu.shape[0], pool_mu.shape[0])
+        groups.scatter_(1, candidates, 1.0 / candidates.shape[1])
+        mean, var, spread = weighted_stats(pool_mu, pool_s2, groups)
         mean, var = source_mixed(mu, s2, mean, var, spread, source_weight, running_mean,
                                  running_var, length, k, c, eps)
     return mean, var, *next_window(pool_mu, pool_s2, window)

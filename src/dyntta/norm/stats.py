@@ -100,6 +100,28 @@ def neighbourhood_stats(
     return centre, (var[index] + deviation).mean(1), deviation.mean(1)
 
 
+def weighted_stats(
+    mean: torch.Tensor, var: torch.Tensor, weights: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`neighbourhood_stats` of B groups given as weights over the pool's rows, by matrix
+    products instead of a (B, n, C) gather: ``m_i = sum_j w_ij mu_j``, ``d_i = sum_j w_ij
+    (mu_j - m_i)^2`` and ``v_i = sum_j w_ij s2_j + d_i``, with the second moment taken about
+    the pool's mean (which leaves ``d`` unchanged and keeps the difference of moments small).
+
+    Args:
+        mean, var: (P, C) instance statistics of the pool.
+        weights: (B, P), each row non-negative and summing to 1.
+
+    Returns:
+        ``(m, v, d)``, each (B, C).
+    """
+    centre = mean.mean(0)
+    shifted = mean - centre
+    m = weights @ shifted
+    spread = (weights @ shifted.square() - m.square()).clamp_min(0.0)
+    return m + centre, weights @ var + spread, spread
+
+
 def spread_ratio(spread: torch.Tensor, var: torch.Tensor, length: int, eps: float) -> torch.Tensor:
     """How much instance means vary, in units of the squared standard error IABN assumes.
 
