@@ -33,6 +33,7 @@ import copy
 import dataclasses
 
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 import dyntta
@@ -41,7 +42,6 @@ from dyntta.bench.sources import SourceOptions, resolve_source
 from dyntta.bench.stats import difference_interval
 from dyntta.data import make_stream
 from dyntta.methods.dyn import DYNConfig
-from dyntta.methods.dyn_adaptive import DYNAdaptiveConfig
 from dyntta.norm import ClusterAwareBatchNorm2d, WindowMatch, replace_batchnorm
 
 DATASETS = {
@@ -88,12 +88,14 @@ def oracle_model(model, domains: TrueDomains, alpha: float):
     return model.eval().requires_grad_(False)
 
 
-def deep_oracle_model(model, domains: TrueDomainMatch):
+def deep_oracle_model(model) -> tuple[nn.Module, TrueDomainMatch]:
     adapter = dyntta.adapt(model, "dyn_adaptive")
-    # before the first batch gives the layers their roles: the signing layer and the class
-    # balance take the oracle in place of the method's WindowMatch
+    # before the first batch gives the layers their roles: the method (its spectral test reads
+    # the signatures the filter remembers) and the class balance take the oracle in place of
+    # the method's WindowMatch
+    domains = TrueDomainMatch(adapter._match.memory)
     adapter._match = adapter._balance.within = domains
-    return adapter
+    return adapter, domains
 
 
 LABELS = ["dyn", "dyn_adaptive", "tbn", "dyn+domains", "deep+domains"]
@@ -120,8 +122,7 @@ def build(label: str, model):
         _, _, alpha = label.partition("@")
         return oracle_model(model, domains, float(alpha) if alpha else DYNConfig.alpha), domains
     if label == "deep+domains":
-        domains = TrueDomainMatch(DYNAdaptiveConfig.deep_window)
-        return deep_oracle_model(model, domains), domains
+        return deep_oracle_model(model)
     return dyntta.adapt(model, label), None
 
 

@@ -136,7 +136,8 @@ def test_the_layers_are_those_of_the_config():
         match = adapted._match
         balance = next(m.keep for m in layers(adapted) if isinstance(m, PooledNorm2d))
         assert isinstance(match, WindowMatch) and isinstance(balance, ClassBalance)
-        assert (match.memory, match.pool, match.quantile) == (24, 8, 0.2)
+        # the signatures of the last max(deep_window, shallow_window, 32) images
+        assert (match.memory, match.pool, match.quantile) == (40, 8, 0.2)
         assert (balance.memory, balance.per_class, balance.within) == (24, 6, match)
         assert all(m.keep is balance and m.window == 24 for m in layers(adapted)
                    if isinstance(m, PooledNorm2d))
@@ -243,20 +244,21 @@ def test_neighbourhood_layers_pool_the_last_images_only_when_they_are_one_domain
             method(x)
         neighbourhood = [m for m in layers(method) if isinstance(m, NeighbourhoodNorm2d)]
     assert neighbourhood and all(int(m.domain_rows) == expected for m in neighbourhood)
-    assert method._signatures.shape[0] == 176  # the last 256 (shallow_window) images'
-    # the deep layers' filter judges the same signatures, of its last 512 (deep_window) images
+    # one memory of the images' signatures (the last 512, deep_window) for the test and the
+    # deep layers' filter
     torch.testing.assert_close(method._match.current, log_band_power(torch.cat(batches)))
     method.reset()
-    assert method._signatures is None and method._match.current is None
+    assert method._match.current is None
 
 
 def test_neighbourhood_layers_search_the_spectrally_nearest_images_of_their_pool():
-    """Each image's candidates are the 32 images of the neighbourhood layers' pool (the last
-    ``max(shallow_window, B)`` images, as many as seen) whose signatures are nearest its own."""
+    """On a batch not of one domain, each image's candidates are the 32 images of the
+    neighbourhood layers' pool (the last ``max(shallow_window, B)`` images, as many as seen)
+    whose signatures are nearest its own; a batch of one domain has none."""
     method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", shallow_window=40)
-    base = smooth_images(64, seed=7)
-    images = torch.cat([noisy(base[:24], seed=8), blurred(base[24:])])
-    for end in (16, 32, 48, 64):  # pools of 16, 32, 40 and 40 images
+    base = smooth_images(80, seed=7)
+    images = torch.stack([noisy(base[:64], seed=8), blurred(base[:64])], 1).flatten(0, 1)
+    for end in (16, 32, 48, 64):  # pools of 16, 32, 40 and 40 images, each half blurred
         with torch.no_grad():
             method(images[end - 16 : end])
         pool = log_band_power(images[max(0, end - 40) : end])
@@ -264,8 +266,11 @@ def test_neighbourhood_layers_search_the_spectrally_nearest_images_of_their_pool
         expected = distance.sort(1).values[:, :32]
         neighbourhood = [m for m in layers(method) if isinstance(m, NeighbourhoodNorm2d)]
         for m in neighbourhood:
+            assert int(m.domain_rows) == 0
             assert m.window_mean.shape[0] == pool.shape[0]  # the pool the layer searched
             torch.testing.assert_close(distance.gather(1, m.candidates), expected)
+    method.before_forward(noisy(base[64:], seed=9))  # 16 images of one domain
+    assert all(int(m.domain_rows) == 16 and m.candidates is None for m in neighbourhood)
 
 
 def test_pooling_layers_group_each_image_with_the_spectrally_nearest_rows_they_keep():

@@ -133,7 +133,9 @@ class DYNAdaptive(NormalizationMethod):
     def prepare(self, model: nn.Module) -> nn.Module:
         c = self.config
         self._placeholders: list[SourceBatchNorm2d] = []
-        self._match = WindowMatch(c.deep_window, c.window, c.deep_match)
+        # the spectral signatures of the last images: the deep filter's and the spectral test's
+        memory = max(c.deep_window, c.shallow_window, MIN_IMAGES)
+        self._match = WindowMatch(memory, c.window, c.deep_match)
         self._balance = ClassBalance(c.deep_window, c.deep_balance, self._match)
         self.register_buffer("deep_source_weight", torch.tensor(FIRST_WEIGHT))
         self._roles: tuple[list[str], int] | None = None
@@ -228,26 +230,26 @@ class DYNAdaptive(NormalizationMethod):
             match.current.shape[0] == match.memory + batch_size and \
             classes is not None and classes.shape[0] >= self._balance.memory
 
-    def read_spectra(self, batch: torch.Tensor) -> tuple[int, torch.Tensor]:
-        """What the (B, D) spectral signatures of the batch
-        (:func:`~dyntta.norm.spectrum.log_band_power`) and those of the images before it say
-        (the last ``max(shallow_window, MIN_IMAGES)`` images' are remembered):
+    def read_spectra(self, batch_size: int) -> tuple[int, torch.Tensor | None]:
+        """What the spectral signatures of the batch
+        (:func:`~dyntta.norm.spectrum.log_band_power`, observed last) and of the images before
+        it say:
 
         - how many of the last images are one domain: ``max(B, MIN_IMAGES)`` when the spectra
           of that many say so (:func:`~dyntta.norm.spectrum.one_domain`), else B when those of
           the batch alone do (at the stricter threshold of fewer images), else 0;
-        - each image's ``MIN_IMAGES`` candidate neighbours: (B, K) indices into the pool of the
-          neighbourhood layers (the last ``max(shallow_window, B)`` images, as many as seen) of
-          the images whose spectra are nearest its own
-          (:func:`~dyntta.norm.spectrum.nearest_spectra`)."""
-        b, seen = batch.shape[0], 0 if self._signatures is None else self._signatures.shape[0]
-        recent = torch.cat([self._signatures, batch]) if seen else batch
-        self._signatures = recent[-max(self.config.shallow_window, MIN_IMAGES) :]
+        - on a batch not of one domain, each image's ``MIN_IMAGES`` candidate neighbours: (B, K)
+          indices into the pool of the neighbourhood layers (the last ``max(shallow_window, B)``
+          images, as many as seen) of the images whose spectra are nearest its own
+          (:func:`~dyntta.norm.spectrum.nearest_spectra`); None on a batch of one domain."""
+        b, recent = batch_size, self._match.current
         last = recent[-max(b, MIN_IMAGES) :]
         # a batch of MIN_IMAGES or more is `last` itself: judged once
         rows = last.shape[0] if one_domain(last) else \
             b if b < MIN_IMAGES and one_domain(recent[-b:]) else 0
-        pool = recent[-(b + min(max(0, self.config.shallow_window - b), seen)) :]
+        if rows:
+            return rows, None
+        pool = recent[-max(self.config.shallow_window, b) :]
         return rows, nearest_spectra(pool, MIN_IMAGES, b)
 
     def deep_groups(self, batch_size: int) -> torch.Tensor | None:
@@ -269,9 +271,8 @@ class DYNAdaptive(NormalizationMethod):
         or its group in the pooling layers), and the deep source weight."""
         if self._placeholders:
             self.assign_roles(x)
-        signatures = log_band_power(x.detach().float())
-        self._match.observe(signatures)
-        rows, candidates = self.read_spectra(signatures)
+        self._match.observe(log_band_power(x.detach().float()))
+        rows, candidates = self.read_spectra(x.shape[0])
         groups = None if rows else self.deep_groups(x.shape[0])
         for m in self.layers():
             if isinstance(m, PooledNorm2d):
@@ -297,7 +298,6 @@ class DYNAdaptive(NormalizationMethod):
 
     def on_reset(self) -> None:
         self._recent: torch.Tensor | None = None  # the last predicted classes
-        self._signatures: torch.Tensor | None = None  # the last images' spectral signatures
         for m in self.layers():
             m.reset_window()
         self._match.reset()
