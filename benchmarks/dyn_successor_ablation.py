@@ -37,7 +37,6 @@ VARIANTS: dict[str, dict] = {  # dyn_adaptive's options: each constant moved, th
     **{f"if{f:g}": {"instance_fraction": f} for f in (0.5, 1.0)},
     "if0.5-prior4": {"instance_fraction": 0.5, "prior_strength": 4.0},
     "if1-prior4": {"instance_fraction": 1.0, "prior_strength": 4.0},
-    **{f"cf{f:g}": {"cluster_fraction": f} for f in (0.25, 0.75)},
     # at B = 64 the neighbourhood layers take the batch, each sample's 64 most similar of the
     # batch and the 192 samples before it, or all 256
     "group-batch": {**GROUPING, "neighbours": 64, "shallow_window": 0},

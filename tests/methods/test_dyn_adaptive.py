@@ -25,13 +25,13 @@ DEPTH = 4
 
 class Chain(nn.Module):
     """conv - BN - ReLU blocks run as conv0, bn0, conv1, bn1, ..., their modules registered in
-    the order ``registration`` gives."""
+    the order ``registration`` gives; conv i has stride ``strides[i]``."""
 
-    def __init__(self, registration=range(DEPTH)) -> None:
+    def __init__(self, registration=range(DEPTH), strides=(1, 1, 2, 1)) -> None:
         super().__init__()
         torch.manual_seed(0)
-        blocks = {i: (nn.Conv2d(3 if i == 0 else 6, 6, 3, padding=1), random_bn(6, seed=i))
-                  for i in range(DEPTH)}
+        blocks = {i: (nn.Conv2d(3 if i == 0 else 6, 6, 3, stride=strides[i], padding=1),
+                      random_bn(6, seed=i)) for i in range(DEPTH)}
         for i in registration:
             self.add_module(f"conv{i}", blocks[i][0])
             self.add_module(f"bn{i}", blocks[i][1])
@@ -73,27 +73,36 @@ def test_a_model_registered_out_of_order_gives_the_outputs_of_the_ordered_one():
 
 def test_roles_follow_the_order_the_layers_run():
     _, shuffled = chains()
-    method = dyntta.adapt(shuffled, "dyn_adaptive", cluster_fraction=0.5, instance_fraction=0.25)
+    method = dyntta.adapt(shuffled, "dyn_adaptive", instance_fraction=0.25)
     assert roles(method) == {}  # decided by the first batch
     with torch.no_grad():
         method(random_images(4))
     n = "NeighbourhoodNorm2d"
     assert roles(method) == {"bn0": (n, True), "bn1": (n, False), "bn2": ("PooledNorm2d", False),
                              "bn3": ("PooledNorm2d", False)}
+    assert method.roles == (["bn0", "bn1", "bn2", "bn3"], [64, 64, 16, 16])
 
 
-@pytest.mark.parametrize("cluster, instance", [(0.01, 0.0), (0.5, 1.0), (0.75, 0.5), (1.0, 0.25)])
-def test_fractions_count_the_first_layers_that_run(cluster, instance):
-    method = dyntta.adapt(Chain([3, 1, 0, 2]), "dyn_adaptive", cluster_fraction=cluster,
+@pytest.mark.parametrize("strides, instance", [((1, 1, 1, 1), 0.0), ((1, 2, 1, 1), 1.0),
+                                               ((1, 1, 1, 2), 0.5), ((2, 1, 2, 1), 0.25),
+                                               ((1, 2, 2, 2), 0.75)])
+def test_the_layers_at_the_last_map_size_pool(strides, instance):
+    """Every layer at the smallest map size pools, except the first; the instance rule takes
+    the first ``round(f * L)`` layers that run."""
+    method = dyntta.adapt(Chain([3, 1, 0, 2], strides), "dyn_adaptive",
                           instance_fraction=instance)
     with torch.no_grad():
-        method(random_images(4))
+        method(random_images(4, size=8))
+    sizes, side = [], 8
+    for stride in strides:  # a 3 x 3 convolution with padding 1
+        side = (side - 1) // stride + 1
+        sizes.append(side * side)
     got = roles(method)
-    clustered, instanced = max(1, round(cluster * DEPTH)), round(instance * DEPTH)
     for i in range(DEPTH):
         kind, rule = got[f"bn{i}"]
-        assert kind == ("NeighbourhoodNorm2d" if i < clustered else "PooledNorm2d")
-        assert rule == (i < instanced)
+        pooled = i > 0 and sizes[i] == min(sizes)
+        assert kind == ("PooledNorm2d" if pooled else "NeighbourhoodNorm2d")
+        assert rule == (i < round(instance * DEPTH))
 
 
 def test_a_layer_that_runs_twice_is_refused_by_name():
@@ -159,11 +168,16 @@ def test_windows_fill_to_their_sizes_and_reset_empties_them():
             assert torch.equal(before, method(x))
 
 
-def test_without_windows_or_instance_rule_one_neighbourhood_of_the_batch_is_alpha_bn():
-    """Every layer a neighbourhood of the whole batch: the source at N / (N + B)."""
+def test_without_windows_or_instance_rule_every_group_the_batch_is_alpha_bn():
+    """Neighbourhoods of the whole batch, the source at N / (N + B), and pools of the batch,
+    the source at a fixed deep weight of the same value (from the second batch on)."""
     model, x = tiny_resnet(), random_images(6, seed=3)
-    method = dyntta.adapt(model, "dyn_adaptive", cluster_fraction=1.0, instance_fraction=0.0,
-                          shallow_window=0, neighbours=64, prior_strength=3.0)
+    method = dyntta.adapt(model, "dyn_adaptive", instance_fraction=0.0, shallow_window=0,
+                          deep_window=0, neighbours=64, prior_strength=3.0,
+                          balanced_alpha=3.0 / 9.0, balance_power=0.0)
+    with torch.no_grad():
+        method(random_images(6, seed=4))  # the deep weight is DYN's until the first prediction
+    assert {type(m) for m in layers(method)} == {NeighbourhoodNorm2d, PooledNorm2d}
     # alpha-BN with unbiased instance variances: rescale the running variance it mixes
     reference = deepcopy(model)
     for name, bn in list(reference.named_modules()):
@@ -315,7 +329,7 @@ def test_compiled_network_follows_the_one_domain_test():
 
 
 @pytest.mark.parametrize(
-    "option", [{"cluster_fraction": 0.0}, {"cluster_fraction": 1.5}, {"instance_fraction": 1.5},
+    "option", [{"instance_fraction": 1.5},
                {"instance_k": -1.0}, {"instance_spread": -1.0}, {"neighbours": 0},
                {"prior_strength": 0.0}, {"window": 0}, {"shallow_window": -1},
                {"deep_window": -1}, {"deep_match": 1.5}, {"deep_balance": 0},

@@ -1,20 +1,21 @@
 """DYN-adaptive: DYN's cluster-aware BN with rules that adapt to the batch (beyond the paper).
 
 Not the DYN paper's method (that is ``dyn``, kept bit-identical). The BN layers, in the order
-they run (found by one probe forward on the first batch):
+they run, with the size of their feature maps (found by one probe forward on the first batch):
 
-- the first ``cluster_fraction`` of them give each sample the statistics of its ``neighbours``
-  nearest samples among the batch and the last ``shallow_window`` samples, with the source
-  weighted by that size (:class:`~dyntta.norm.adaptive.NeighbourhoodNorm2d`), searched among
-  the ``MIN_IMAGES`` (32) images whose spectra are nearest the sample's
-  (:func:`~dyntta.norm.spectrum.nearest_spectra`); where the spectra of the batch's images,
-  topped up to 32 with the images just before it, say they are one domain
-  (:func:`~dyntta.norm.spectrum.one_domain`), those images are one group there instead;
-- the others pool the batch with the last ``deep_window`` samples, of which they keep those whose
-  spectra look like the current pool's (:class:`~dyntta.norm.WindowMatch`) and, of those, the
-  most recent ``deep_balance`` of each predicted class (:class:`~dyntta.norm.ClassBalance`,
-  NOTE's class-balanced memory), with a source weight that
-  follows how evenly the last ``window`` predictions spread over the classes
+- those before the network's last, smallest map size (and the first layer, whatever its size)
+  give each sample the statistics of its ``neighbours`` nearest samples among the batch and
+  the last ``shallow_window`` samples, with the source weighted by that size
+  (:class:`~dyntta.norm.adaptive.NeighbourhoodNorm2d`), searched among the ``MIN_IMAGES`` (32)
+  images whose spectra are nearest the sample's (:func:`~dyntta.norm.spectrum.nearest_spectra`);
+  where the spectra of the batch's images, topped up to 32 with the images just before it, say
+  they are one domain (:func:`~dyntta.norm.spectrum.one_domain`), those images are one group
+  there instead;
+- those at the last map size (:func:`pools`) pool the batch with the last ``deep_window``
+  samples, of which they keep those whose spectra look like the current pool's
+  (:class:`~dyntta.norm.WindowMatch`) and, of those, the most recent ``deep_balance`` of each
+  predicted class (:class:`~dyntta.norm.ClassBalance`, NOTE's class-balanced memory), with a
+  source weight that follows how evenly the last ``window`` predictions spread over the classes
   (:func:`~dyntta.norm.mixing.label_balance_weight`;
   :class:`~dyntta.norm.adaptive.PooledNorm2d`); on a batch not of one domain each sample's group
   there is, of those, the ``window`` whose spectra are nearest its own;
@@ -24,11 +25,14 @@ they run (found by one probe forward on the first batch):
 
 Shallow layers' statistics carry the domain, deep ones' the labels (IBN-Net, Pan et al., ECCV
 2018): hence neighbourhoods and the instance rule in the first layers, label-balanced pools in
-the others. A sample's nearest samples share its content as well as its domain, so in a batch
-of one domain the batch serves better than any neighbourhood, and in a mixed one the search
-keeps to the images whose spectra (which corruptions move more than content does) are nearest;
-the deep layers' long window, too, keeps to the images whose spectra match the current ones,
-and on a mixed batch each sample's deep group to its spectrally nearest.
+the last stage, the layers after the last downsampling that feed the classifier (read from the
+network, not a share of its depth: the last stage is 6 of the ResNet-20's 19 BN layers, 2 of
+the MLPerf-Tiny ResNet-8's 7). A sample's nearest samples share its content as well as its
+domain, so in a batch of one domain the batch serves better than any neighbourhood, and in a
+mixed one the search keeps to the images whose spectra (which corruptions move more than
+content does) are nearest; the deep layers' long window, too, keeps to the images whose
+spectra match the current ones, and on a mixed batch each sample's deep group to its
+spectrally nearest.
 The measurements behind each rule and constant: RESULTS.md, "How `dyn_adaptive`'s defaults
 were chosen" and "`dyn_adaptive` across architectures".
 
@@ -59,6 +63,13 @@ FIRST_WEIGHT = DYNConfig.alpha
 """The deep layers' source weight before the first prediction: DYN's."""
 
 
+def pools(i: int, sizes: list[int]) -> bool:
+    """Whether the i-th BN layer to run, of those whose maps have ``sizes`` positions (H x W) in
+    the order they run, pools: it runs at the network's last, smallest map size (after its last
+    downsampling, nearest the classifier) and is not the first layer."""
+    return 0 < i < len(sizes) and sizes[i] == min(sizes)
+
+
 @dataclasses.dataclass(frozen=True)
 class DYNAdaptiveConfig:
     """Hyper-parameters of DYN-adaptive (each constant's measured sensitivity: RESULTS.md,
@@ -71,8 +82,6 @@ class DYNAdaptiveConfig:
         errors (:func:`~dyntta.norm.adaptive.widened_instance_rule`); 8 and 2.5.
     instance_fraction: the first ``round(f * L)`` of the L BN layers that run (in the order
         they run) apply the instance rule; 0.25.
-    cluster_fraction: the first ``max(1, round(f * L))`` are neighbourhood layers, the others
-        pool; in (0, 1]; 0.5.
     balanced_alpha, balance_power: the deep source weight for perfectly even predictions (0.4)
         and its power p (2: it leaves 1 as the square of the evenness).
     window: the predictions the deep source weight reads, the pool (batch topped up with the
@@ -89,7 +98,6 @@ class DYNAdaptiveConfig:
     instance_k: float = 8.0
     instance_spread: float = 2.5
     instance_fraction: float = 0.25
-    cluster_fraction: float = 0.5
     balanced_alpha: float = 0.4
     balance_power: float = 2.0
     window: int = 64
@@ -101,8 +109,6 @@ class DYNAdaptiveConfig:
     def __post_init__(self):
         for name in ("instance_fraction", "balanced_alpha", "deep_match"):
             check_unit_interval(name, getattr(self, name))
-        if not 0.0 < self.cluster_fraction <= 1.0:
-            raise ValueError(f"cluster_fraction must be in (0, 1], got {self.cluster_fraction}")
         for name in ("neighbours", "window", "deep_balance"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -119,10 +125,10 @@ class DYNAdaptiveConfig:
 @register
 class DYNAdaptive(NormalizationMethod):
     """Beyond the DYN paper: size-weighted neighbourhoods among the spectrally nearest images
-    in the first half of the BN layers (the last images, when they are one domain),
-    label-balanced pools in the others, the instance rule in the first quarter (module
+    in the BN layers before the last stage (the last images, when they are one domain),
+    label-balanced pools in the last stage, the instance rule in the first quarter (module
     docstring). Every BN layer holds the source statistics until the first batch, whose probe
-    forward orders the layers as they run and gives each its role.
+    forward orders the layers as they run, reads their map sizes and gives each its role.
     With ``compile=True`` it runs eager until its windows keep their size
     (:meth:`windows_steady`), then compiled.
     """
@@ -138,7 +144,7 @@ class DYNAdaptive(NormalizationMethod):
         self._match = WindowMatch(memory, c.window, c.deep_match)
         self._balance = ClassBalance(c.deep_window, c.deep_balance, self._match)
         self.register_buffer("deep_source_weight", torch.tensor(FIRST_WEIGHT))
-        self._roles: tuple[list[str], int] | None = None
+        self._roles: tuple[list[str], list[int]] | None = None
         return super().prepare(model)
 
     def make_layer(self, bn):
@@ -152,52 +158,54 @@ class DYNAdaptive(NormalizationMethod):
 
     def assign_roles(self, x: torch.Tensor) -> None:
         """Run ``x`` once with the source statistics, recording the order in which the BN
-        layers run, and give each layer the role of its position in that order."""
-        calls: list[nn.Module] = []
-        hooks = [m.register_forward_pre_hook(lambda m, _: calls.append(m))
-                 for m in self._placeholders]
+        layers run and the size of each one's feature maps, and give each layer its role."""
+        calls: list[tuple[nn.Module, int]] = []
+        hooks = [m.register_forward_pre_hook(
+            lambda m, inputs: calls.append((m, inputs[0].shape[2] * inputs[0].shape[3])))
+            for m in self._placeholders]
         try:
             self.model.forward(x)
         finally:
             for hook in hooks:
                 hook.remove()
         names = {m: name for name, m in self.model.named_modules()}
-        repeated = sorted({names[m] for m in calls if calls.count(m) > 1})
+        ran = [names[m] for m, _ in calls]
+        repeated = sorted({name for name in ran if ran.count(name) > 1})
         if repeated:
             raise ValueError(f"dyn_adaptive needs each BN layer to run once per forward; "
-                             f"{repeated} ran {max(map(calls.count, calls))} times")
-        # fractions of the layers that run; those that did not come last (any role would do)
-        ran = [names[m] for m in calls]
-        self.roles = (ran + [names[m] for m in self._placeholders if m not in calls], len(ran))
+                             f"{repeated} ran {max(map(ran.count, ran))} times")
+        # those that did not run come last (any role would do)
+        self.roles = (ran + [names[m] for m in self._placeholders if names[m] not in ran],
+                      [size for _, size in calls])
 
     @property
-    def roles(self) -> tuple[list[str], int] | None:
-        """The BN layers' names in the order that gave them their roles and how many of them
-        run; None before the first batch. Part of the saved state, so that a saved adapted
-        model loads into a fresh one with its layers in their roles."""
+    def roles(self) -> tuple[list[str], list[int]] | None:
+        """The BN layers' names in the order that gave them their roles (the order they run,
+        then those that did not run) and the positions (H x W) of each running layer's maps;
+        None before the first batch. Part of the saved state, so that a saved adapted model
+        loads into a fresh one with its layers in their roles."""
         return self._roles
 
     @roles.setter
-    def roles(self, value: tuple[list[str], int] | None) -> None:
+    def roles(self, value: tuple[list[str], list[int]] | None) -> None:
         if value is None or not self._placeholders:
             return
-        order, running = value
+        order, sizes = value
         c = self.config
-        n_clustered = max(1, round(c.cluster_fraction * running))
-        n_instance = round(c.instance_fraction * running)
+        n_instance = round(c.instance_fraction * len(sizes))
         for i, name in enumerate(order):
             bn = self.model.get_submodule(name)
             instance = (c.instance_k, c.instance_spread) if i < n_instance else None
-            if i < n_clustered:
+            if pools(i, sizes):
+                layer = PooledNorm2d(bn, c.deep_window, FIRST_WEIGHT, instance, self._balance)
+            else:
                 layer = NeighbourhoodNorm2d(bn, c.shallow_window, c.neighbours,
                                             c.prior_strength, instance)
-            else:
-                layer = PooledNorm2d(bn, c.deep_window, FIRST_WEIGHT, instance, self._balance)
             parent, _, attribute = name.rpartition(".")
             layer = layer.to(bn.running_mean.device).requires_grad_(False)
             setattr(self.model.get_submodule(parent), attribute, layer)
         self._placeholders = []
-        self._roles = (list(order), running)
+        self._roles = (list(order), list(sizes))
 
     @property
     def windows(self) -> dict[str, tuple[torch.Tensor | None, torch.Tensor | None]]:
