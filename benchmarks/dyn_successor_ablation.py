@@ -30,13 +30,10 @@ from dyntta.bench.stats import difference_interval
 
 # the grouping alone: no source, no instance rule, no deep window
 GROUPING = {"prior_strength": 1e-6, "balanced_alpha": 0.0, "balance_power": 0.0,
-            "instance_fraction": 0.0, "deep_window": 0}
+            "instance_k": float("inf"), "deep_window": 0}  # an infinite band keeps no instance
 VARIANTS: dict[str, dict] = {  # dyn_adaptive's options: each constant moved, the others kept
     **{f"nb{n}": {"neighbours": n} for n in (16, 32)},
     **{f"prior{n}": {"prior_strength": float(n)} for n in (4, 8)},
-    **{f"if{f:g}": {"instance_fraction": f} for f in (0.5, 1.0)},
-    "if0.5-prior4": {"instance_fraction": 0.5, "prior_strength": 4.0},
-    "if1-prior4": {"instance_fraction": 1.0, "prior_strength": 4.0},
     # at B = 64 the neighbourhood layers take the batch, each sample's 64 most similar of the
     # batch and the 192 samples before it, or all 256
     "group-batch": {**GROUPING, "neighbours": 64, "shallow_window": 0},

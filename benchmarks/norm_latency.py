@@ -30,8 +30,6 @@ from dyntta.models import Normalized, build
 METHODS = {name: (name, {}) for name in ("source", "tbn", "alpha_bn", "dyn", "dyn_adaptive", "datta")}
 # the cost of dyn_adaptive's 256-sample shallow window
 METHODS["dyn_adaptive shallow64"] = ("dyn_adaptive", {"shallow_window": 64})
-# the cost of the instance rule in every layer, not only the first quarter
-METHODS["dyn_adaptive rule-in-every-layer"] = ("dyn_adaptive", {"instance_fraction": 1.0})
 
 
 def inputs(batch: int, batches: int, mixed: bool) -> list[torch.Tensor]:

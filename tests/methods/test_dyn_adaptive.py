@@ -73,24 +73,22 @@ def test_a_model_registered_out_of_order_gives_the_outputs_of_the_ordered_one():
 
 def test_roles_follow_the_order_the_layers_run():
     _, shuffled = chains()
-    method = dyntta.adapt(shuffled, "dyn_adaptive", instance_fraction=0.25)
+    method = dyntta.adapt(shuffled, "dyn_adaptive")
     assert roles(method) == {}  # decided by the first batch
     with torch.no_grad():
         method(random_images(4))
     n = "NeighbourhoodNorm2d"
-    assert roles(method) == {"bn0": (n, True), "bn1": (n, False), "bn2": ("PooledNorm2d", False),
+    assert roles(method) == {"bn0": (n, True), "bn1": (n, True), "bn2": ("PooledNorm2d", False),
                              "bn3": ("PooledNorm2d", False)}
     assert method.roles == (["bn0", "bn1", "bn2", "bn3"], [64, 64, 16, 16])
 
 
-@pytest.mark.parametrize("strides, instance", [((1, 1, 1, 1), 0.0), ((1, 2, 1, 1), 1.0),
-                                               ((1, 1, 1, 2), 0.5), ((2, 1, 2, 1), 0.25),
-                                               ((1, 2, 2, 2), 0.75)])
-def test_the_layers_at_the_last_map_size_pool(strides, instance):
-    """Every layer at the smallest map size pools, except the first; the instance rule takes
-    the first ``round(f * L)`` layers that run."""
-    method = dyntta.adapt(Chain([3, 1, 0, 2], strides), "dyn_adaptive",
-                          instance_fraction=instance)
+@pytest.mark.parametrize("strides", [(1, 1, 1, 1), (1, 2, 1, 1), (1, 1, 1, 2), (2, 1, 2, 1),
+                                     (1, 2, 2, 2)])
+def test_roles_follow_the_map_sizes(strides):
+    """Every layer at the smallest map size pools, except the first; every layer at the
+    largest applies the instance rule."""
+    method = dyntta.adapt(Chain([3, 1, 0, 2], strides), "dyn_adaptive")
     with torch.no_grad():
         method(random_images(4, size=8))
     sizes, side = [], 8
@@ -102,7 +100,7 @@ def test_the_layers_at_the_last_map_size_pool(strides, instance):
         kind, rule = got[f"bn{i}"]
         pooled = i > 0 and sizes[i] == min(sizes)
         assert kind == ("PooledNorm2d" if pooled else "NeighbourhoodNorm2d")
-        assert rule == (i < round(instance * DEPTH))
+        assert rule == (sizes[i] == max(sizes))
 
 
 def test_a_layer_that_runs_twice_is_refused_by_name():
@@ -172,7 +170,8 @@ def test_without_windows_or_instance_rule_every_group_the_batch_is_alpha_bn():
     """Neighbourhoods of the whole batch, the source at N / (N + B), and pools of the batch,
     the source at a fixed deep weight of the same value (from the second batch on)."""
     model, x = tiny_resnet(), random_images(6, seed=3)
-    method = dyntta.adapt(model, "dyn_adaptive", instance_fraction=0.0, shallow_window=0,
+    # an infinitely wide band: the instance rule keeps no instance statistic
+    method = dyntta.adapt(model, "dyn_adaptive", instance_k=float("inf"), shallow_window=0,
                           deep_window=0, neighbours=64, prior_strength=3.0,
                           balanced_alpha=3.0 / 9.0, balance_power=0.0)
     with torch.no_grad():
@@ -329,8 +328,7 @@ def test_compiled_network_follows_the_one_domain_test():
 
 
 @pytest.mark.parametrize(
-    "option", [{"instance_fraction": 1.5},
-               {"instance_k": -1.0}, {"instance_spread": -1.0}, {"neighbours": 0},
+    "option", [{"instance_k": -1.0}, {"instance_spread": -1.0}, {"neighbours": 0},
                {"prior_strength": 0.0}, {"window": 0}, {"shallow_window": -1},
                {"deep_window": -1}, {"deep_match": 1.5}, {"deep_balance": 0},
                {"balanced_alpha": 1.5}, {"balance_power": -1.0}]

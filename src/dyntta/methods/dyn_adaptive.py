@@ -19,15 +19,16 @@ they run, with the size of their feature maps (found by one probe forward on the
   (:func:`~dyntta.norm.mixing.label_balance_weight`;
   :class:`~dyntta.norm.adaptive.PooledNorm2d`); on a batch not of one domain each sample's group
   there is, of those, the ``window`` whose spectra are nearest its own;
-- the first ``instance_fraction`` of them apply NOTE's instance-aware rule around those
-  statistics, with a band widened per channel to the spread of instance means actually observed
+- those of the first stage (at the network's largest map size, :func:`applies_instance_rule`)
+  apply NOTE's instance-aware rule around those statistics, with a band widened per channel to the spread of instance means actually observed
   (:func:`~dyntta.norm.adaptive.widened_instance_rule`).
 
 Shallow layers' statistics carry the domain, deep ones' the labels (IBN-Net, Pan et al., ECCV
-2018): hence neighbourhoods and the instance rule in the first layers, label-balanced pools in
-the last stage, the layers after the last downsampling that feed the classifier (read from the
-network, not a share of its depth: the last stage is 6 of the ResNet-20's 19 BN layers, 2 of
-the MLPerf-Tiny ResNet-8's 7). A sample's nearest samples share its content as well as its
+2018): hence neighbourhoods in the layers before the last stage and the instance rule in the
+first stage, the layers before the first downsampling, label-balanced pools in the last stage,
+the layers after the last downsampling that feed the classifier (read from the network, not a
+share of its depth: the first and the last stage are 7 and 6 of the ResNet-20's 19 BN layers, 3
+and 2 of the MLPerf-Tiny ResNet-8's 7). A sample's nearest samples share its content as well as its
 domain, so in a batch of one domain the batch serves better than any neighbourhood, and in a
 mixed one the search keeps to the images whose spectra (which corruptions move more than
 content does) are nearest; the deep layers' long window, too, keeps to the images whose
@@ -70,6 +71,13 @@ def pools(i: int, sizes: list[int]) -> bool:
     return 0 < i < len(sizes) and sizes[i] == min(sizes)
 
 
+def applies_instance_rule(i: int, sizes: list[int]) -> bool:
+    """Whether the i-th BN layer to run (``sizes`` as in :func:`pools`) applies the instance
+    rule: it runs at the network's largest map size (its first stage, before the first
+    downsampling)."""
+    return i < len(sizes) and sizes[i] == max(sizes)
+
+
 @dataclasses.dataclass(frozen=True)
 class DYNAdaptiveConfig:
     """Hyper-parameters of DYN-adaptive (each constant's measured sensitivity: RESULTS.md,
@@ -80,8 +88,6 @@ class DYNAdaptiveConfig:
     prior_strength: N > 0: those layers weight the source ``N / (N + n)``; 16.
     instance_k, instance_spread: the instance rule's band, ``max(k, c * sqrt(rho))`` standard
         errors (:func:`~dyntta.norm.adaptive.widened_instance_rule`); 8 and 2.5.
-    instance_fraction: the first ``round(f * L)`` of the L BN layers that run (in the order
-        they run) apply the instance rule; 0.25.
     balanced_alpha, balance_power: the deep source weight for perfectly even predictions (0.4)
         and its power p (2: it leaves 1 as the square of the evenness).
     window: the predictions the deep source weight reads, the pool (batch topped up with the
@@ -97,7 +103,6 @@ class DYNAdaptiveConfig:
     prior_strength: float = 16.0
     instance_k: float = 8.0
     instance_spread: float = 2.5
-    instance_fraction: float = 0.25
     balanced_alpha: float = 0.4
     balance_power: float = 2.0
     window: int = 64
@@ -107,7 +112,7 @@ class DYNAdaptiveConfig:
     deep_balance: int = 32
 
     def __post_init__(self):
-        for name in ("instance_fraction", "balanced_alpha", "deep_match"):
+        for name in ("balanced_alpha", "deep_match"):
             check_unit_interval(name, getattr(self, name))
         for name in ("neighbours", "window", "deep_balance"):
             if getattr(self, name) < 1:
@@ -126,7 +131,7 @@ class DYNAdaptiveConfig:
 class DYNAdaptive(NormalizationMethod):
     """Beyond the DYN paper: size-weighted neighbourhoods among the spectrally nearest images
     in the BN layers before the last stage (the last images, when they are one domain),
-    label-balanced pools in the last stage, the instance rule in the first quarter (module
+    label-balanced pools in the last stage, the instance rule in the first stage (module
     docstring). Every BN layer holds the source statistics until the first batch, whose probe
     forward orders the layers as they run, reads their map sizes and gives each its role.
     With ``compile=True`` it runs eager until its windows keep their size
@@ -192,10 +197,10 @@ class DYNAdaptive(NormalizationMethod):
             return
         order, sizes = value
         c = self.config
-        n_instance = round(c.instance_fraction * len(sizes))
         for i, name in enumerate(order):
             bn = self.model.get_submodule(name)
-            instance = (c.instance_k, c.instance_spread) if i < n_instance else None
+            instance = (c.instance_k, c.instance_spread) \
+                if applies_instance_rule(i, sizes) else None
             if pools(i, sizes):
                 layer = PooledNorm2d(bn, c.deep_window, FIRST_WEIGHT, instance, self._balance)
             else:
