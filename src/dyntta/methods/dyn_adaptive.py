@@ -20,7 +20,8 @@ they run, with the size of their feature maps (found by one probe forward on the
   :class:`~dyntta.norm.adaptive.PooledNorm2d`); on a batch not of one domain each sample's group
   there is, of those, the ``window`` whose spectra are nearest its own;
 - those of the first stage (at the network's largest map size, :func:`applies_instance_rule`)
-  apply NOTE's instance-aware rule around those statistics, with a band widened per channel to the spread of instance means actually observed
+  apply NOTE's instance-aware rule around those statistics, with a band widened per channel to
+  the spread of instance means actually observed
   (:func:`~dyntta.norm.adaptive.widened_instance_rule`).
 
 Shallow layers' statistics carry the domain, deep ones' the labels (IBN-Net, Pan et al., ECCV
@@ -28,9 +29,9 @@ Shallow layers' statistics carry the domain, deep ones' the labels (IBN-Net, Pan
 first stage, the layers before the first downsampling, label-balanced pools in the last stage,
 the layers after the last downsampling that feed the classifier (read from the network, not a
 share of its depth: the first and the last stage are 7 and 6 of the ResNet-20's 19 BN layers, 3
-and 2 of the MLPerf-Tiny ResNet-8's 7). A sample's nearest samples share its content as well as its
-domain, so in a batch of one domain the batch serves better than any neighbourhood, and in a
-mixed one the search keeps to the images whose spectra (which corruptions move more than
+and 2 of the MLPerf-Tiny ResNet-8's 7). A sample's nearest samples share its content as well
+as its domain, so in a batch of one domain the batch serves better than any neighbourhood, and
+in a mixed one the search keeps to the images whose spectra (which corruptions move more than
 content does) are nearest; the deep layers' long window, too, keeps to the images whose
 spectra match the current ones, and on a mixed batch each sample's deep group to its
 spectrally nearest.
@@ -38,10 +39,10 @@ The measurements behind each rule and constant: RESULTS.md, "How `dyn_adaptive`'
 were chosen" and "`dyn_adaptive` across architectures".
 
 State: each layer remembers its window of instance statistics; the method owns what several
-layers share: the deep layers' source weight (buffer ``deep_source_weight``), the spectral
-signatures of the last images and what it sets in the layers before each batch from them (the
-one-domain decision, each sample's candidates and its deep group), the last predictions and the
-two window filters.
+layers share: the deep layers' source weight (buffer ``deep_source_weight``), the two window
+filters (the spectral one holds the signatures of the last images), what it sets in the layers
+before each batch from those signatures (the one-domain decision, each sample's candidates and
+its deep group) and the last predictions.
 """
 
 from __future__ import annotations
