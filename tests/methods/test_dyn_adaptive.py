@@ -83,6 +83,12 @@ def test_roles_follow_the_order_the_layers_run():
     assert method.roles == (["bn0", "bn1", "bn2", "bn3"], [64, 64, 16, 16])
 
 
+def test_roles_without_map_sizes_are_refused():
+    method = dyntta.adapt(Chain(), "dyn_adaptive")
+    with pytest.raises(ValueError, match="older version: its roles hold no map sizes"):
+        method.roles = (["bn0", "bn1", "bn2", "bn3"], 4)
+
+
 @pytest.mark.parametrize("strides", [(1, 1, 1, 1), (1, 2, 1, 1), (1, 1, 1, 2), (2, 1, 2, 1),
                                      (1, 2, 2, 2)])
 def test_roles_follow_the_map_sizes(strides):

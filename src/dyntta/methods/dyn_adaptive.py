@@ -197,6 +197,9 @@ class DYNAdaptive(NormalizationMethod):
         if value is None or not self._placeholders:
             return
         order, sizes = value
+        if not isinstance(sizes, (list, tuple)):
+            raise ValueError("dyn_adaptive state from an older version: its roles hold no map "
+                             "sizes; adapt the source model again")
         c = self.config
         for i, name in enumerate(order):
             bn = self.model.get_submodule(name)
