@@ -4,7 +4,10 @@ rules carry across architectures (the ResNet-20 and the MLPerf-Tiny ResNet-8 are
 - ``vgg_bn_after_relu``: a VGG-style net whose BN layers follow the ReLU (conv-ReLU-BN), 6 BN
   layers, no shortcuts;
 - ``depthwise_net``: a MobileNet-style net (Howard et al., 2017) of depthwise-separable blocks,
-  BN after every depthwise and pointwise convolution, 11 BN layers.
+  BN after every depthwise and pointwise convolution, 11 BN layers;
+- ``wide_resnet``: a pre-activation wide ResNet, WRN-16-2 (Zagoruyko and Komodakis, BMVC 2016;
+  the layout of the WRN-28-10 most TTA papers adapt on CIFAR-10-C), BN before every
+  convolution and before the pooling, 13 BN layers.
 
 Each factory returns an untrained model for images in [0, 1] (``dyntta bench --model
 benchmarks.dev_architectures:NAME --checkpoint FILE`` from the repository root loads the trained
@@ -82,6 +85,46 @@ class DepthwiseNet(nn.Module):
         return self.fc(self.features(x).mean((2, 3)))
 
 
+class PreActBlock(nn.Module):
+    """BN-ReLU-conv twice around an identity shortcut; where the width or the stride changes,
+    the shortcut is a 1x1 convolution of the first BN-ReLU's output (as in the WRN authors'
+    code)."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int) -> None:
+        super().__init__()
+        self.bn1, self.bn2 = nn.BatchNorm2d(c_in), nn.BatchNorm2d(c_out)
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+        self.shortcut = (None if c_in == c_out and stride == 1
+                         else nn.Conv2d(c_in, c_out, 1, stride, bias=False))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        activated = torch.relu(self.bn1(x))
+        out = self.conv2(torch.relu(self.bn2(self.conv1(activated))))
+        return out + (x if self.shortcut is None else self.shortcut(activated))
+
+
+class WideResNet(nn.Module):
+    """WRN-16-2: a 3x3 stem at 16 channels, two pre-activation blocks at each of 32, 64 (stride
+    2) and 128 (stride 2) channels, BN-ReLU, global average pool, linear."""
+
+    STAGES = ((32, 1), (64, 2), (128, 2))
+
+    def __init__(self, num_classes: int = 10, blocks: int = 2) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(3, 16, 3, padding=1, bias=False)]
+        c_in = 16
+        for c_out, stride in self.STAGES:
+            for i in range(blocks):
+                layers.append(PreActBlock(c_in, c_out, stride if i == 0 else 1))
+                c_in = c_out
+        self.features = nn.Sequential(*layers, nn.BatchNorm2d(c_in), nn.ReLU(inplace=True))
+        self.fc = nn.Linear(c_in, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.features(x).mean((2, 3)))
+
+
 def vgg_bn_after_relu() -> Normalized:
     """An untrained :class:`VGGBNAfterReLU` for images in [0, 1] (the input normalisation is a
     placeholder that a checkpoint replaces)."""
@@ -93,7 +136,13 @@ def depthwise_net() -> Normalized:
     return Normalized(DepthwiseNet(), [0.5] * 3, [0.25] * 3)
 
 
-FACTORIES = {"vgg_bn_after_relu": vgg_bn_after_relu, "depthwise_net": depthwise_net}
+def wide_resnet() -> Normalized:
+    """An untrained :class:`WideResNet` for images in [0, 1] (placeholder normalisation)."""
+    return Normalized(WideResNet(), [0.5] * 3, [0.25] * 3)
+
+
+FACTORIES = {"vgg_bn_after_relu": vgg_bn_after_relu, "depthwise_net": depthwise_net,
+             "wide_resnet": wide_resnet}
 
 
 def accuracy(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> float:

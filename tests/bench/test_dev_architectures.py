@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 import dyntta
-from benchmarks.dev_architectures import FACTORIES, DepthwiseNet, VGGBNAfterReLU, main
+from benchmarks.dev_architectures import (
+    FACTORIES, DepthwiseNet, PreActBlock, VGGBNAfterReLU, WideResNet, main)
 from dyntta.bench.train import train_classifier
 from dyntta.models.factory import build_from_factory
 
@@ -40,6 +41,26 @@ def test_depthwise_net_normalises_every_depthwise_and_pointwise_convolution():
     assert len(inputs) == len(convs) == 11
     assert [t.shape[1] for t in inputs] == [m.out_channels for m in convs]
     assert inputs[-1].shape[2:] == (8, 8)
+
+
+def test_wide_resnet_normalises_before_every_convolution_and_the_pooling():
+    net = WideResNet()
+    inputs = bn_inputs(net, torch.randn(4, 3, 32, 32))
+    assert len(inputs) == 2 * 6 + 1 == 13
+    assert [t.shape[2] for t in inputs] == [32] * 5 + [16] * 4 + [8] * 4  # pre-activation
+    assert inputs[-1].shape[1] == 128
+    assert any(t.min() < 0 for t in inputs[1:])  # residual sums, not ReLU outputs
+
+
+def test_a_preactivation_block_adds_its_input_or_its_projection():
+    torch.manual_seed(0)
+    same, wider = PreActBlock(8, 8, 1).eval(), PreActBlock(8, 16, 2).eval()
+    x = torch.randn(2, 8, 8, 8)
+    for block in (same, wider):
+        residual = block.conv2(torch.relu(block.bn2(block.conv1(torch.relu(block.bn1(x))))))
+        shortcut = x if block.shortcut is None else block.shortcut(torch.relu(block.bn1(x)))
+        torch.testing.assert_close(block(x), residual + shortcut)
+    assert same.shortcut is None and wider(x).shape == (2, 16, 4, 4)
 
 
 def test_train_classifier_trains_a_module_of_ones_own_deterministically():
