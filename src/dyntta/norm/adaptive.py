@@ -117,13 +117,9 @@ def pooled_statistics(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:class:`PooledNorm2d`'s ``(mean, var)``: the pool's rows weighted by ``weight`` (P,) as
     one group, the source weighted ``source_weight``, then the instance rule."""
-    size = weight.sum()
-    mean = weight @ pool_mu / size
-    deviation = (pool_mu - mean).square()
-    var = weight @ (pool_s2 + deviation) / size
-    spread = (weight @ deviation.detach() / size).expand(mu.shape[0], -1)
-    return source_mixed(mu, s2, mean, var, spread, source_weight, running_mean, running_var,
-                        length, k, c, eps)
+    mean, var, spread = weighted_stats(pool_mu, pool_s2, (weight / weight.sum())[None])
+    return source_mixed(mu, s2, mean[0], var[0], spread.expand(mu.shape[0], -1), source_weight,
+                        running_mean, running_var, length, k, c, eps)
 
 
 def pool_of(mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None,
