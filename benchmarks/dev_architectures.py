@@ -7,7 +7,10 @@ rules carry across architectures (the ResNet-20 and the MLPerf-Tiny ResNet-8 are
   BN after every depthwise and pointwise convolution, 11 BN layers;
 - ``wide_resnet``: a pre-activation wide ResNet, WRN-16-2 (Zagoruyko and Komodakis, BMVC 2016;
   the layout of the WRN-28-10 most TTA papers adapt on CIFAR-10-C), BN before every
-  convolution and before the pooling, 13 BN layers.
+  convolution and before the pooling, 13 BN layers;
+- ``resnet18_quarter``: the CIFAR ResNet-18 of most CIFAR code bases (four stages of two basic
+  blocks, maps of 32 down to 4 pixels; a 1x1 convolution and BN on each downsampling
+  shortcut) at a quarter of its width, 20 BN layers.
 
 Each factory returns an untrained model for images in [0, 1] (``dyntta bench --model
 benchmarks.dev_architectures:NAME --checkpoint FILE`` from the repository root loads the trained
@@ -125,6 +128,43 @@ class WideResNet(nn.Module):
         return self.fc(self.features(x).mean((2, 3)))
 
 
+class BasicBlock(nn.Module):
+    """conv-BN-ReLU-conv-BN plus the shortcut (identity, or 1x1 conv-BN where the width or the
+    stride changes), then ReLU."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int) -> None:
+        super().__init__()
+        self.residual = nn.Sequential(*conv_bn_relu(c_in, c_out, 3, stride),
+                                      nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False),
+                                      nn.BatchNorm2d(c_out))
+        self.shortcut = nn.Identity() if c_in == c_out and stride == 1 else nn.Sequential(
+            nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.residual(x) + self.shortcut(x))
+
+
+class ResNet18Quarter(nn.Module):
+    """A 3x3 stem at 16 channels, two basic blocks at each of 16, 32 (stride 2), 64 (stride 2)
+    and 128 (stride 2) channels, global average pool, linear."""
+
+    STAGES = ((16, 1), (32, 2), (64, 2), (128, 2))
+
+    def __init__(self, num_classes: int = 10, blocks: int = 2) -> None:
+        super().__init__()
+        layers: list[nn.Module] = conv_bn_relu(3, 16, 3)
+        c_in = 16
+        for c_out, stride in self.STAGES:
+            for i in range(blocks):
+                layers.append(BasicBlock(c_in, c_out, stride if i == 0 else 1))
+                c_in = c_out
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(c_in, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.features(x).mean((2, 3)))
+
+
 def vgg_bn_after_relu() -> Normalized:
     """An untrained :class:`VGGBNAfterReLU` for images in [0, 1] (the input normalisation is a
     placeholder that a checkpoint replaces)."""
@@ -141,8 +181,13 @@ def wide_resnet() -> Normalized:
     return Normalized(WideResNet(), [0.5] * 3, [0.25] * 3)
 
 
+def resnet18_quarter() -> Normalized:
+    """An untrained :class:`ResNet18Quarter` for images in [0, 1] (placeholder normalisation)."""
+    return Normalized(ResNet18Quarter(), [0.5] * 3, [0.25] * 3)
+
+
 FACTORIES = {"vgg_bn_after_relu": vgg_bn_after_relu, "depthwise_net": depthwise_net,
-             "wide_resnet": wide_resnet}
+             "wide_resnet": wide_resnet, "resnet18_quarter": resnet18_quarter}
 
 
 def accuracy(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> float:

@@ -11,7 +11,7 @@ from torch import nn
 
 import dyntta
 from benchmarks.dev_architectures import (
-    FACTORIES, DepthwiseNet, PreActBlock, VGGBNAfterReLU, WideResNet, main)
+    FACTORIES, DepthwiseNet, PreActBlock, ResNet18Quarter, VGGBNAfterReLU, WideResNet, main)
 from dyntta.bench.train import train_classifier
 from dyntta.models.factory import build_from_factory
 
@@ -50,6 +50,14 @@ def test_wide_resnet_normalises_before_every_convolution_and_the_pooling():
     assert [t.shape[2] for t in inputs] == [32] * 5 + [16] * 4 + [8] * 4  # pre-activation
     assert inputs[-1].shape[1] == 128
     assert any(t.min() < 0 for t in inputs[1:])  # residual sums, not ReLU outputs
+
+
+def test_resnet18_quarter_has_four_stages_and_normalises_its_projection_shortcuts():
+    net = ResNet18Quarter()
+    inputs = bn_inputs(net, torch.randn(4, 3, 32, 32))
+    assert len(inputs) == 1 + 8 * 2 + 3 == 20  # stem, two per block, three shortcuts
+    assert [t.shape[2] for t in inputs] == [32] * 5 + [16] * 5 + [8] * 5 + [4] * 5
+    assert [t.shape[1] for t in inputs][-5:] == [128] * 5
 
 
 def test_a_preactivation_block_adds_its_input_or_its_projection():
