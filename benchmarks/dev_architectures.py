@@ -39,26 +39,45 @@ from dyntta.bench.train import to_tensor, train_classifier
 from dyntta.models import Normalized
 
 
+class PooledClassifier(nn.Module):
+    """``features``, then a global average pool and a linear layer from ``width`` channels."""
+
+    def __init__(self, features: list[nn.Module], width: int, num_classes: int) -> None:
+        super().__init__()
+        self.features = nn.Sequential(*features)
+        self.fc = nn.Linear(width, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.features(x).mean((2, 3)))
+
+
+def residual_stages(block: type[nn.Module], c_in: int, stages: tuple[tuple[int, int], ...],
+                    blocks: int) -> tuple[list[nn.Module], int]:
+    """``blocks`` blocks ``block(c_in, c_out, stride)`` per ``(c_out, stride)`` stage, the
+    stride on each stage's first; the blocks and their output width."""
+    layers: list[nn.Module] = []
+    for c_out, stride in stages:
+        for i in range(blocks):
+            layers.append(block(c_in, c_out, stride if i == 0 else 1))
+            c_in = c_out
+    return layers, c_in
+
+
 def conv_relu_bn(c_in: int, c_out: int) -> list[nn.Module]:
     return [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.ReLU(inplace=True),
             nn.BatchNorm2d(c_out)]
 
 
-class VGGBNAfterReLU(nn.Module):
+class VGGBNAfterReLU(PooledClassifier):
     """conv-ReLU-BN x2, max-pool, at 32, 64 and 128 channels; global average pool; linear."""
 
     def __init__(self, num_classes: int = 10) -> None:
-        super().__init__()
         layers: list[nn.Module] = []
         c_in = 3
         for width in (32, 64, 128):
             layers += [*conv_relu_bn(c_in, width), *conv_relu_bn(width, width), nn.MaxPool2d(2)]
             c_in = width
-        self.features = nn.Sequential(*layers)
-        self.fc = nn.Linear(c_in, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.features(x).mean((2, 3)))
+        super().__init__(layers, c_in, num_classes)
 
 
 def conv_bn_relu(c_in: int, c_out: int, kernel: int, stride: int = 1, groups: int = 1):
@@ -66,7 +85,7 @@ def conv_bn_relu(c_in: int, c_out: int, kernel: int, stride: int = 1, groups: in
             nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
 
 
-class DepthwiseNet(nn.Module):
+class DepthwiseNet(PooledClassifier):
     """A 3x3 stem at 32 channels, then five depthwise-separable blocks (3x3 depthwise-BN-ReLU,
     1x1 pointwise-BN-ReLU) to 64, 128 (stride 2), 128, 256 (stride 2) and 256 channels; global
     average pool; linear."""
@@ -74,18 +93,13 @@ class DepthwiseNet(nn.Module):
     BLOCKS = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1))
 
     def __init__(self, num_classes: int = 10) -> None:
-        super().__init__()
         layers = conv_bn_relu(3, 32, 3)
         c_in = 32
         for c_out, stride in self.BLOCKS:
             layers += [*conv_bn_relu(c_in, c_in, 3, stride, groups=c_in),
                        *conv_bn_relu(c_in, c_out, 1)]
             c_in = c_out
-        self.features = nn.Sequential(*layers)
-        self.fc = nn.Linear(c_in, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.features(x).mean((2, 3)))
+        super().__init__(layers, c_in, num_classes)
 
 
 class PreActBlock(nn.Module):
@@ -107,25 +121,17 @@ class PreActBlock(nn.Module):
         return out + (x if self.shortcut is None else self.shortcut(activated))
 
 
-class WideResNet(nn.Module):
+class WideResNet(PooledClassifier):
     """WRN-16-2: a 3x3 stem at 16 channels, two pre-activation blocks at each of 32, 64 (stride
     2) and 128 (stride 2) channels, BN-ReLU, global average pool, linear."""
 
     STAGES = ((32, 1), (64, 2), (128, 2))
 
     def __init__(self, num_classes: int = 10, blocks: int = 2) -> None:
-        super().__init__()
-        layers: list[nn.Module] = [nn.Conv2d(3, 16, 3, padding=1, bias=False)]
-        c_in = 16
-        for c_out, stride in self.STAGES:
-            for i in range(blocks):
-                layers.append(PreActBlock(c_in, c_out, stride if i == 0 else 1))
-                c_in = c_out
-        self.features = nn.Sequential(*layers, nn.BatchNorm2d(c_in), nn.ReLU(inplace=True))
-        self.fc = nn.Linear(c_in, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.features(x).mean((2, 3)))
+        stem = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        layers, width = residual_stages(PreActBlock, 16, self.STAGES, blocks)
+        super().__init__([stem, *layers, nn.BatchNorm2d(width), nn.ReLU(inplace=True)], width,
+                         num_classes)
 
 
 class BasicBlock(nn.Module):
@@ -144,46 +150,42 @@ class BasicBlock(nn.Module):
         return torch.relu(self.residual(x) + self.shortcut(x))
 
 
-class ResNet18Quarter(nn.Module):
+class ResNet18Quarter(PooledClassifier):
     """A 3x3 stem at 16 channels, two basic blocks at each of 16, 32 (stride 2), 64 (stride 2)
     and 128 (stride 2) channels, global average pool, linear."""
 
     STAGES = ((16, 1), (32, 2), (64, 2), (128, 2))
 
     def __init__(self, num_classes: int = 10, blocks: int = 2) -> None:
-        super().__init__()
-        layers: list[nn.Module] = conv_bn_relu(3, 16, 3)
-        c_in = 16
-        for c_out, stride in self.STAGES:
-            for i in range(blocks):
-                layers.append(BasicBlock(c_in, c_out, stride if i == 0 else 1))
-                c_in = c_out
-        self.features = nn.Sequential(*layers)
-        self.fc = nn.Linear(c_in, num_classes)
+        stem = conv_bn_relu(3, 16, 3)
+        layers, width = residual_stages(BasicBlock, 16, self.STAGES, blocks)
+        super().__init__([*stem, *layers], width, num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.features(x).mean((2, 3)))
+
+def untrained(net: nn.Module) -> Normalized:
+    """``net`` for images in [0, 1], behind a placeholder input normalisation that a checkpoint
+    replaces."""
+    return Normalized(net, [0.5] * 3, [0.25] * 3)
 
 
 def vgg_bn_after_relu() -> Normalized:
-    """An untrained :class:`VGGBNAfterReLU` for images in [0, 1] (the input normalisation is a
-    placeholder that a checkpoint replaces)."""
-    return Normalized(VGGBNAfterReLU(), [0.5] * 3, [0.25] * 3)
+    """An untrained :class:`VGGBNAfterReLU` (:func:`untrained`)."""
+    return untrained(VGGBNAfterReLU())
 
 
 def depthwise_net() -> Normalized:
-    """An untrained :class:`DepthwiseNet` for images in [0, 1] (placeholder normalisation)."""
-    return Normalized(DepthwiseNet(), [0.5] * 3, [0.25] * 3)
+    """An untrained :class:`DepthwiseNet` (:func:`untrained`)."""
+    return untrained(DepthwiseNet())
 
 
 def wide_resnet() -> Normalized:
-    """An untrained :class:`WideResNet` for images in [0, 1] (placeholder normalisation)."""
-    return Normalized(WideResNet(), [0.5] * 3, [0.25] * 3)
+    """An untrained :class:`WideResNet` (:func:`untrained`)."""
+    return untrained(WideResNet())
 
 
 def resnet18_quarter() -> Normalized:
-    """An untrained :class:`ResNet18Quarter` for images in [0, 1] (placeholder normalisation)."""
-    return Normalized(ResNet18Quarter(), [0.5] * 3, [0.25] * 3)
+    """An untrained :class:`ResNet18Quarter` (:func:`untrained`)."""
+    return untrained(ResNet18Quarter())
 
 
 FACTORIES = {"vgg_bn_after_relu": vgg_bn_after_relu, "depthwise_net": depthwise_net,
