@@ -8,7 +8,7 @@ bootstrap 95% interval of the difference to ``dyn`` and to the best baseline
 (:mod:`dyntta.bench.stats`).
 
     PYTHONPATH=src python benchmarks/dyn_successor_ablation.py --grid configs/ablation_dyn_successor.toml \
-        --data-dir ../shared/data --out runs/ablation.jsonl [--variants nb16 if1 ...] [--set ...]
+        --data-dir ../shared/data --out runs/ablation.jsonl [--variants nb16 prior8 ...] [--set ...]
 """
 
 from __future__ import annotations
