@@ -4,6 +4,7 @@
     OMP_NUM_THREADS=1 python benchmarks/compile_latency.py --models resnet50 --warmup 0 --repeats 1
     OMP_NUM_THREADS=1 python benchmarks/compile_latency.py --compile-only --models resnet20 \
         --methods source tbn dyn dyn_adaptive --rounds 2
+    python benchmarks/compile_latency.py --device cuda --models resnet26 --batch-sizes 64
 
 For each model (``dyntta.models.build``, randomly initialised, wrapped in ``Normalized``, CIFAR
 input 32x32) and method, one eager and one compiled method (``dyntta.adapt(..., compile=True)``,
@@ -65,16 +66,26 @@ def interval(ratios: list[float]) -> str:
     return f"{median:.2f}" if len(ratios) < 2 else f"{median:.2f} [{low:.2f}, {high:.2f}]"
 
 
+def synchronised(clock):
+    """``clock`` read after the GPU has finished the work queued so far."""
+    def now() -> float:
+        torch.cuda.synchronize()
+        return clock()
+    return now
+
+
 def run(arch: str, methods: list[str], batch_sizes: list[int], warmup: int, repeats: int,
-        clock: str, seed: int) -> list[str]:
-    now = CLOCKS[clock]
+        clock: str, seed: int, device: str = "cpu") -> list[str]:
+    cuda = torch.device(device).type == "cuda"
+    now = synchronised(CLOCKS[clock]) if cuda else CLOCKS[clock]
     torch.manual_seed(seed)
-    model = Normalized(build(arch), (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261)).eval()
+    model = Normalized(build(arch), (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261))
+    model = model.eval().to(device)
     eager = {m: dyntta.adapt(model, m) for m in methods}
     compiled = {m: dyntta.adapt(model, m, compile=True) for m in methods}
     generator = torch.Generator().manual_seed(seed)
     rows, notes = [], []
-    x = torch.rand(batch_sizes[0], 3, 32, 32, generator=generator)
+    x = torch.rand(batch_sizes[0], 3, 32, 32, generator=generator).to(device)
     for m in methods:
         start = now()
         compiled[m](x)
@@ -86,7 +97,7 @@ def run(arch: str, methods: list[str], batch_sizes: list[int], warmup: int, repe
             (m, kind): [] for m in methods for kind in ("eager", "compiled")}
         check = []
         for i in range(warmup + repeats):
-            x = torch.rand(b, 3, 32, 32, generator=generator)
+            x = torch.rand(b, 3, 32, 32, generator=generator).to(device)
             for m in methods:
                 for kind, method in (("eager", eager[m]), ("compiled", compiled[m])):
                     start = now()
@@ -168,6 +179,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="time compilation alone, each method in a fresh process (at the "
                         "first batch size)")
     parser.add_argument("--rounds", type=int, default=1, help="--compile-only: rounds")
+    parser.add_argument("--device", default="cpu",
+                        help="where the latency rounds run (cuda: the clock is read after the "
+                        "GPU finishes); --compile-only runs on the CPU")
     parser.add_argument("--compile-one", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.compile_one:
@@ -177,20 +191,26 @@ def main(argv: list[str] | None = None) -> None:
     if "source" not in args.methods or args.repeats < 1 or args.warmup < 0 or args.rounds < 1:
         parser.error("need 'source' among --methods, --repeats >= 1, --warmup >= 0 and "
                      "--rounds >= 1")
+    cuda = torch.device(args.device).type == "cuda"
+    if cuda and (args.compile_only or args.clock == "cpu"):
+        parser.error("with --device cuda: the wall clock, and no --compile-only (it times "
+                     "compilation for the CPU)")
     if args.compile_only:
         print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} threads, {args.clock} "
               f"clock, B = {args.batch_sizes[0]}, {args.rounds} round(s)\n", flush=True)
         print("\n".join(compile_table(args.models, args.methods, args.batch_sizes[0],
                                       args.rounds, args.clock, args.seed)))
         return
-    print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} threads, {args.clock} "
+    where = torch.cuda.get_device_name() if cuda else \
+        f"CPU, {torch.get_num_threads()} threads"
+    print(f"torch {torch.__version__}, {where}, {args.clock} "
           f"clock, {args.warmup} warm-up + {args.repeats} timed rounds per batch size\n",
           flush=True)
     rows = ["| model | B | method | eager ms | compiled ms | speed-up | compiled / source eager "
             "| graphs so far |", "|---|---:|---|---:|---:|---:|---|---:|"]
     for arch in args.models:
         rows += run(arch, args.methods, args.batch_sizes, args.warmup, args.repeats, args.clock,
-                    args.seed)
+                    args.seed, args.device)
     print("\n" + "\n".join(rows))
 
 

@@ -2,6 +2,7 @@
 
     python benchmarks/norm_latency.py --archs resnet26 resnet50 --batch-sizes 16 64 256
     python benchmarks/norm_latency.py --threads 1 --clock cpu    # on a machine shared with others
+    python benchmarks/norm_latency.py --device cuda             # on a GPU: wall clock, synchronised
 
 For every (architecture, batch size) the methods are timed interleaved in one process (each
 repeat runs every method once, in turn), so machine load affects them alike; the table reports
@@ -44,13 +45,14 @@ def inputs(batch: int, batches: int, mixed: bool) -> list[torch.Tensor]:
 
 
 def time_methods(arch: str, batch: int, repeats: int, warmup: int, clock, batches: int,
-                 labels: list[str], mixed: bool = False) -> dict[str, list[float]]:
+                 labels: list[str], mixed: bool = False, device: str = "cpu"
+                 ) -> dict[str, list[float]]:
     """Each method's time per repeat (the repeats' i-th entries were timed in turn)."""
     torch.manual_seed(0)
-    model = Normalized(build(arch), (0.5,) * 3, (0.25,) * 3).eval()
+    model = Normalized(build(arch), (0.5,) * 3, (0.25,) * 3).eval().to(device)
     methods = {label: dyntta.adapt(model, METHODS[label][0], **METHODS[label][1])
                for label in labels}
-    xs = inputs(batch, batches, mixed)
+    xs = [x.to(device) for x in inputs(batch, batches, mixed)]
     times: dict[str, list[float]] = {name: [] for name in labels}
     with torch.inference_mode():
         for i in range(warmup + repeats):
@@ -80,14 +82,25 @@ def main() -> None:
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="wall: elapsed time; cpu: this process's CPU time (for a shared "
                         "machine, with --threads 1)")
+    parser.add_argument("--device", default="cpu",
+                        help="where the model runs (cuda: the wall clock, read after the "
+                        "device finishes its work)")
     args = parser.parse_args()
     if args.batches < 1:
         parser.error(f"--batches must be >= 1, got {args.batches}")
+    cuda = torch.device(args.device).type == "cuda"
+    if cuda and args.clock == "cpu":
+        parser.error("--clock cpu times this process, not the GPU: use the wall clock with cuda")
     labels = list(dict.fromkeys(["source", "tbn", *args.methods]))
     if args.threads:
         torch.set_num_threads(args.threads)
     clock = time.perf_counter if args.clock == "wall" else time.process_time
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.clock} clock, "
+    if cuda:
+        def clock():
+            torch.cuda.synchronize()
+            return time.perf_counter()
+    where = torch.cuda.get_device_name() if cuda else f"{torch.get_num_threads()} threads"
+    print(f"torch {torch.__version__}, {where}, {args.clock} clock, "
           f"median of {args.repeats}, {args.batches} different batch(es), "
           f"{'two domains' if args.mixed else 'one domain'} per batch")
     print("| arch | B | method | ms / batch | / source | / TBN | paired / TBN [95%] |")
@@ -96,7 +109,7 @@ def main() -> None:
         for batch in args.batch_sizes:
             repeats = args.repeats if arch != "resnet50" or batch < 256 else max(3, args.repeats // 3)
             times = time_methods(arch, batch, repeats, args.warmup, clock, args.batches, labels,
-                                 args.mixed)
+                                 args.mixed, args.device)
             med = {name: statistics.median(t) for name, t in times.items()}
             for name in labels:
                 paired = median_interval([t / u for t, u in zip(times[name], times["tbn"])])
