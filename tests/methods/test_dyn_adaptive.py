@@ -164,7 +164,7 @@ def test_windows_fill_to_their_sizes_and_reset_empties_them():
         first = [method(x) for x in stream]
     kept = {(type(m).__name__, m.window_mean.shape[0]) for m in layers(method)}
     assert kept == {("NeighbourhoodNorm2d", 10), ("PooledNorm2d", 20)}
-    assert method._recent.shape[0] == 20  # the last max(window, deep_window) predictions
+    assert method._recent.shape[0] == 6
     method.reset()
     assert all(m.window_mean is None for m in layers(method))
     with torch.no_grad():
@@ -204,9 +204,9 @@ class UnbiasedAlphaBN(AlphaBatchNorm2d):
             self.alpha * self.running_var + (1 - self.alpha) * var
 
 
-def test_deep_weight_follows_the_last_window_predictions_against_the_deep_window():
+def test_deep_weight_follows_the_last_window_predictions():
     model, x = tiny_resnet(), random_images(12, seed=6)
-    method = dyntta.adapt(model, "dyn_adaptive", window=5, deep_window=7, balanced_alpha=0.2,
+    method = dyntta.adapt(model, "dyn_adaptive", window=5, balanced_alpha=0.2,
                           balance_power=1.0)
     assert FIRST_WEIGHT == 0.8
     assert float(method.deep_source_weight) == pytest.approx(FIRST_WEIGHT)
@@ -218,9 +218,7 @@ def test_deep_weight_follows_the_last_window_predictions_against_the_deep_window
             deep = [m for m in layers(method) if isinstance(m, PooledNorm2d)]
             # this batch ran at the weight of the predictions before it
             assert deep and all(float(m.source_weight) == before for m in deep)
-            # the last 5 predictions against the last 7
-            expected = label_balance_weight(torch.cat(seen)[-5:], torch.cat(seen)[-7:], 3, 0.2,
-                                            1.0)
+            expected = label_balance_weight(torch.cat(seen)[-5:], 3, 0.2, 1.0)
             assert float(method.deep_source_weight) == pytest.approx(expected, abs=1e-6)
     assert "deep_source_weight" in method.state_dict()
     method.reset()

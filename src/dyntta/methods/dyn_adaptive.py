@@ -15,9 +15,8 @@ they run, with the size of their feature maps (found by one probe forward on the
   samples, of which they keep those whose spectra look like the current pool's
   (:class:`~dyntta.norm.WindowMatch`) and, of those, the most recent ``deep_balance`` of each
   predicted class (:class:`~dyntta.norm.ClassBalance`, NOTE's class-balanced memory), with a
-  source weight that follows how far the classes of the last ``window`` predictions depart
-  from those of the last ``deep_window`` (label shift, whichever classes the model favours
-  under the current corruption; :func:`~dyntta.norm.mixing.label_balance_weight`;
+  source weight that follows how evenly the last ``window`` predictions spread over the classes
+  (:func:`~dyntta.norm.mixing.label_balance_weight`;
   :class:`~dyntta.norm.adaptive.PooledNorm2d`); on a batch not of one domain each sample's group
   there is, of those, the ``window`` whose spectra are nearest its own;
 - those of the first stage (at the network's largest map size, :func:`applies_instance_rule`)
@@ -90,15 +89,13 @@ class DYNAdaptiveConfig:
     prior_strength: N > 0: those layers weight the source ``N / (N + n)``; 16.
     instance_k, instance_spread: the instance rule's band, ``max(k, c * sqrt(rho))`` standard
         errors (:func:`~dyntta.norm.adaptive.widened_instance_rule`); 8 and 2.5.
-    balanced_alpha, balance_power: the deep source weight where the recent predictions spread
-        over the classes as the longer stretch's do (0.4) and its power p (2: it leaves 1 as
-        the square of their relative evenness).
-    window: the recent predictions the deep source weight reads, the pool (batch topped up
-        with the most recent samples) that the deep layers' filter judges against, and each
-        image's group in those layers on a batch not of one domain; 64.
+    balanced_alpha, balance_power: the deep source weight for perfectly even predictions (0.4)
+        and its power p (2: it leaves 1 as the square of the evenness).
+    window: the predictions the deep source weight reads, the pool (batch topped up with the
+        most recent samples) that the deep layers' filter judges against, and each image's
+        group in those layers on a batch not of one domain; 64.
     shallow_window, deep_window: samples remembered by the neighbourhood layers (256) and by
-        the pooling layers (512); each tops a batch of B up with ``window - B`` of them. The
-        last ``max(window, deep_window)`` predictions are the longer stretch.
+        the pooling layers (512); each tops a batch of B up with ``window - B`` of them.
     deep_match: the quantile q in [0, 1] of :class:`~dyntta.norm.WindowMatch`; 0.1.
     deep_balance: most recent samples of each predicted class the deep layers keep; 32.
     """
@@ -310,16 +307,14 @@ class DYNAdaptive(NormalizationMethod):
         logits = self.model(x) if steady else self.model.forward(x)
         classes = logits.argmax(1)
         self._balance.record(classes, logits.shape[1])
-        c = self.config
         recent = classes if self._recent is None else torch.cat([self._recent, classes])
-        self._recent = recent[-max(c.window, c.deep_window) :]
+        self._recent = recent[-self.config.window :]
         self.deep_source_weight.fill_(label_balance_weight(
-            self._recent[-c.window :], self._recent, logits.shape[1], c.balanced_alpha,
-            c.balance_power))
+            self._recent, logits.shape[1], self.config.balanced_alpha, self.config.balance_power))
         return logits
 
     def on_reset(self) -> None:
-        self._recent: torch.Tensor | None = None  # the longer stretch's predicted classes
+        self._recent: torch.Tensor | None = None  # the last predicted classes
         for m in self.layers():
             m.reset_window()
         self._match.reset()
