@@ -32,15 +32,18 @@ import argparse
 import copy
 import dataclasses
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 import dyntta
 from dyntta.bench.config import DatasetEntry
-from dyntta.bench.sources import SourceOptions, resolve_source
+from dyntta.bench.sources import SourceOptions, resolve_path, resolve_source
 from dyntta.bench.stats import difference_interval
 from dyntta.data import make_stream
+from dyntta.data.datasets import load_npz
+from dyntta.data.streams import Batch
 from dyntta.methods.dyn import DYNConfig
 from dyntta.norm import ClusterAwareBatchNorm2d, WindowMatch, replace_batchnorm
 
@@ -191,11 +194,26 @@ def synthetic_agreement(model, images: torch.Tensor, alphas: list[float], seed: 
     return alike / (len(batches) * BATCH * DRAWS)
 
 
-def stream_of(source, scenario: str, batch_size: int, seed: int, n_samples: int):
-    """The script's stream: 15 domains at severity 5, Wild with label shift delta 0.1."""
+def stream_of(source, scenario: str, batch_size: int, seed: int, n_samples: int,
+              clean: tuple[np.ndarray, np.ndarray] | None = None):
+    """The script's stream: 15 domains at severity 5, Wild with label shift delta 0.1;
+    ``clean``: the ``clean`` images uncorrupted (:func:`clean_stream`)."""
+    if scenario == "clean":
+        return clean_stream(clean, batch_size, seed)
     return make_stream(source.dataset, n_domains=15, severity=5, scenario=scenario,
                        batch_size=batch_size, seed=seed, n_samples=n_samples,
                        delta=0.1 if scenario == "wild" else None)
+
+
+def clean_stream(images: tuple[np.ndarray, np.ndarray], batch_size: int, seed: int
+                 ) -> list[Batch]:
+    """Every one of the uncorrupted ``(x, y)`` images (as in an .npz, (N, H, W, 3) uint8) once,
+    in an order drawn from ``seed``, in batches of ``batch_size``: one domain."""
+    x, y = images
+    order = np.random.default_rng(seed).permutation(len(y))
+    return [Batch(torch.from_numpy(x[rows]).permute(0, 3, 1, 2).float() / 255,
+                  torch.from_numpy(y[rows]).long(), torch.zeros(len(rows), dtype=torch.long))
+            for rows in np.array_split(order, range(batch_size, len(order), batch_size))]
 
 
 def first_images(stream, n: int) -> torch.Tensor:
@@ -214,7 +232,9 @@ def main(argv=None) -> None:
     parser.add_argument("--data-dir")
     parser.add_argument("--cache-dir")
     parser.add_argument("--dataset", choices=list(DATASETS), default="npz")
-    parser.add_argument("--scenarios", nargs="+", default=["crossmix", "continual"])
+    parser.add_argument("--scenarios", nargs="+", default=["crossmix", "continual"],
+                        help="stream scenarios, or clean: the npz file's uncorrupted images, "
+                        "each once, shuffled")
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[64, 16])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--n-samples", type=int, default=100, help="rows per domain")
@@ -237,8 +257,11 @@ def main(argv=None) -> None:
     for field in ("checkpoint", "model", "path"):
         if getattr(args, field):
             entry = dataclasses.replace(entry, **{field: getattr(args, field)})
-    source = resolve_source(entry, SourceOptions(args.data_dir, args.cache_dir, severities=(5,)),
-                            False)
+    if "clean" in args.scenarios and entry.name != "npz":
+        parser.error("--scenarios clean reads the uncorrupted images of an npz file")
+    options = SourceOptions(args.data_dir, args.cache_dir, severities=(5,))
+    source = resolve_source(entry, options, False)
+    clean = load_npz(resolve_path(entry.path, options)) if "clean" in args.scenarios else None
     labels = [label for label in LABELS if label in args.labels]
     if args.alphas and "dyn+domains" in labels:
         at = labels.index("dyn+domains")
@@ -252,7 +275,7 @@ def main(argv=None) -> None:
         for b in args.batch_sizes:
             runs = {label: ([], []) for label in labels}
             for seed in args.seeds:
-                stream = stream_of(source, scenario, b, seed, args.n_samples)
+                stream = stream_of(source, scenario, b, seed, args.n_samples, clean)
                 for label in labels:
                     model, domains = build(label, source.model)
                     hits, sizes = run(model, stream, domains)
@@ -266,10 +289,10 @@ def main(argv=None) -> None:
             print(f"| {name} | {scenario} | {b} | {len(args.seeds)} | "
                   + " | ".join(cells) + " |", flush=True)
     if args.agreement:
-        print_agreement(source, args, name)
+        print_agreement(source, args, name, clean)
 
 
-def print_agreement(source, args, name: str) -> None:
+def print_agreement(source, args, name: str, clean) -> None:
     """The table of :func:`synthetic_agreement` (%) at ``--alphas`` per scenario, the mean over
     the seeds' streams, the highest in bold."""
     alphas = args.alphas or [DYNConfig.alpha]
@@ -278,7 +301,7 @@ def print_agreement(source, args, name: str) -> None:
     for scenario in args.scenarios:
         agreement = torch.zeros(len(alphas))
         for seed in args.seeds:
-            stream = stream_of(source, scenario, BATCH, seed, args.n_samples)
+            stream = stream_of(source, scenario, BATCH, seed, args.n_samples, clean)
             images = first_images(stream, args.agreement)
             agreement += synthetic_agreement(source.model, images, alphas) / len(args.seeds)
         best = int(agreement.argmax())

@@ -5,6 +5,7 @@ is the model's own predictions with and without them, read on whole batches only
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -14,6 +15,7 @@ from benchmarks.oracle_partition import (
     DRAWS,
     SYNTHETIC,
     build,
+    clean_stream,
     comparisons,
     first_images,
     main,
@@ -77,6 +79,31 @@ def test_agreement_under_one_batch_is_refused_by_name(capsys):
     with pytest.raises(SystemExit):
         main(["--agreement", "10"])
     assert "--agreement reads whole batches of 64 images, got 10" in capsys.readouterr().err
+
+
+def test_the_clean_stream_holds_every_image_once_as_it_came():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (10, 4, 4, 3), dtype=np.uint8)
+    y = np.arange(10) % 3
+    batches = clean_stream((x, y), 4, seed=5)
+    assert [len(b.y) for b in batches] == [4, 4, 2]
+    images = torch.cat([b.x for b in batches])
+    labels = torch.cat([b.y for b in batches])
+    order = [int(np.flatnonzero((x == (image.permute(1, 2, 0) * 255).round().byte().numpy())
+                                .all(axis=(1, 2, 3)))[0]) for image in images]
+    assert sorted(order) == list(range(10)) and order != list(range(10))
+    assert labels.tolist() == y[order].tolist()  # each image with its own label
+    assert all(b.domain.eq(0).all() for b in batches)  # one domain
+    again = clean_stream((x, y), 4, seed=5)
+    assert all(torch.equal(a.x, b.x) for a, b in zip(batches, again))
+    assert not torch.equal(clean_stream((x, y), 4, seed=6)[0].x, batches[0].x)
+
+
+def test_clean_images_need_an_npz_file(capsys):
+    with pytest.raises(SystemExit):
+        main(["--dataset", "digits", "--scenarios", "clean"])
+    assert "--scenarios clean reads the uncorrupted images of an npz file" in \
+        capsys.readouterr().err
 
 
 def test_first_images_keeps_the_streams_order():
