@@ -8,8 +8,9 @@ of the batches' means and of their unbiased variances. Nothing else changes. The
 ResNet-8 on the even rows of the CIFAR-10 JPEG test images (the half the models of
 ``dev_architectures.py`` are trained on; they are tested on the odd rows):
 
-    PYTHONPATH=src python benchmarks/refresh_statistics.py ../shared/data/resnet8-mlperf-cifar10.pt \\
-        ../shared/data/cifar10-test-jpeg.npz --rows even --out ../dev-models/resnet8-refreshed.pt
+    PYTHONPATH=src python benchmarks/refresh_statistics.py \\
+        ../shared/data/resnet8-mlperf-cifar10.pt ../shared/data/cifar10-test-jpeg.npz \\
+        --rows even --out ../dev-models/resnet8-refreshed.pt
 """
 
 from __future__ import annotations
