@@ -20,6 +20,10 @@ between models and no statistic of the features tells them apart (RESULTS.md); t
 network's response instead. Tried as a rule of ``dyn_adaptive`` and not kept (RESULTS.md, "How
 far to trust the source, read from the model").
 
+``--scenarios clean`` runs the labels on the npz file's images uncorrupted, each once, shuffled
+by the seed: whether the model's source statistics describe its test images at all (RESULTS.md,
+"The ResNet-8's source statistics do not describe its test images").
+
     PYTHONPATH=src python benchmarks/oracle_partition.py --data-dir ../shared/data --cache-dir CACHE \
         --dataset npz --scenarios crossmix continual --batch-sizes 64 16 --seeds 0 1 2
     PYTHONPATH=src python benchmarks/oracle_partition.py --data-dir ../shared/data \

@@ -1,10 +1,9 @@
 """A model's BN statistics re-estimated on clean images: which of a model's losses come from
-source statistics that do not describe the images it is tested on (RESULTS.md, "What exact
-domain statistics say").
+source statistics that do not describe the images it is tested on (RESULTS.md, "The
+ResNet-8's source statistics do not describe its test images").
 
-Every BN layer forgets its running statistics and averages those of the batches of ``--rows``
-of the .npz's images (uncorrupted), as ``nn.BatchNorm2d`` does with ``momentum=None``: the mean
-of the batches' means and of their unbiased variances. Nothing else changes. The MLPerf-Tiny
+:func:`dyntta.models.refresh_statistics` on ``--rows`` of the .npz's images (uncorrupted), in
+batches of 100; the checkpoint written loads as the model did. The MLPerf-Tiny
 ResNet-8 on the even rows of the CIFAR-10 JPEG test images (the half the models of
 ``dev_architectures.py`` are trained on; they are tested on the odd rows):
 
@@ -17,33 +16,12 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
 import torch
-from torch import nn
 
 from dyntta.data.datasets import load_npz
-from dyntta.models.checkpoint import load_checkpoint, save_checkpoint
+from dyntta.models import load_checkpoint, refresh_statistics, save_checkpoint
 
 ROWS = {"even": slice(0, None, 2), "odd": slice(1, None, 2), "all": slice(None)}
-BATCH = 100
-
-
-def refresh(model: nn.Module, images: np.ndarray, batch_size: int = BATCH) -> nn.Module:
-    """``model`` (in place, returned in eval mode) with every BN layer's running statistics
-    averaged over the batches of ``images`` ((N, H, W, 3) uint8), each of ``batch_size``."""
-    layers = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
-    momenta = [m.momentum for m in layers]
-    for m in layers:
-        m.reset_running_stats()
-        m.momentum = None  # a cumulative average over the batches
-    model.train()
-    with torch.no_grad():
-        for start in range(0, len(images), batch_size):
-            x = torch.from_numpy(images[start : start + batch_size]).permute(0, 3, 1, 2)
-            model(x.float() / 255)
-    for m, momentum in zip(layers, momenta):
-        m.momentum = momentum
-    return model.eval()
 
 
 def main(argv=None) -> None:
@@ -55,9 +33,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     model = load_checkpoint(args.checkpoint)
     images, _ = load_npz(args.npz, "clean images")
-    refresh(model, images[ROWS[args.rows]])
-    save_checkpoint(model, args.out)
-    print(f"{args.out}: BN statistics of {len(images[ROWS[args.rows]])} images ({args.rows} rows)")
+    images = torch.from_numpy(images[ROWS[args.rows]]).permute(0, 3, 1, 2).float() / 255
+    save_checkpoint(refresh_statistics(model, images), args.out)
+    print(f"{args.out}: BN statistics of {len(images)} images ({args.rows} rows)")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Architectures (CIFAR ResNets, TTAB ResNet-26, ImageNet ResNets, RobustBench's Wide ResNets,
-AugMix's ResNeXt) and checkpoint loading."""
+AugMix's ResNeXt), checkpoint loading and BN statistics re-estimated on clean images."""
 
 from dyntta.models.checkpoint import infer_spec, load_checkpoint, save_checkpoint
 from dyntta.models.normalized import Normalized
+from dyntta.models.refresh import refresh_statistics
 from dyntta.models.resnet import ResNet, ResNetSpec
 from dyntta.models.resnext import CifarResNeXt, ResNeXtSpec
 from dyntta.models.wide_resnet import WideResNet, WideResNetSpec
@@ -21,5 +22,6 @@ __all__ = [
     "build_net",
     "infer_spec",
     "load_checkpoint",
+    "refresh_statistics",
     "save_checkpoint",
 ]

@@ -1,0 +1,50 @@
+"""A model's BN statistics re-estimated on clean images of the data it is deployed on."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+@torch.no_grad()
+def refresh_statistics(model: nn.Module, images: torch.Tensor, batch_size: int = 100
+                       ) -> nn.Module:
+    """``model`` (changed in place, returned in eval mode) with the running statistics of every
+    BatchNorm2d replaced by the average of those of the batches of ``images``: the mean of the
+    batches' means and of their unbiased variances, as ``nn.BatchNorm2d`` with
+    ``momentum=None``. Nothing else changes.
+
+    For a model whose source statistics do not describe even the uncorrupted images it is
+    deployed on (trained on PNG images, deployed on JPEG ones, say: RESULTS.md, "The ResNet-8's
+    source statistics do not describe its test images"), before adapting it: a few hundred
+    clean images of the deployment's own pipeline.
+
+    Args:
+        model: takes ``images`` as they are (e.g. a :class:`~dyntta.models.Normalized`).
+        images: (N, C, H, W) floats, N >= 1.
+        batch_size: images per batch, >= 1 (the last batch may be smaller).
+    """
+    if images.ndim != 4 or not images.is_floating_point() or len(images) == 0:
+        raise ValueError(f"refresh_statistics needs float images (N, C, H, W) with N >= 1, got "
+                         f"{images.dtype} of shape {tuple(images.shape)}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    layers = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    if not layers:
+        raise ValueError("refresh_statistics: the model has no BatchNorm2d layer")
+    if any(m.running_mean is None for m in layers):
+        raise ValueError("refresh_statistics: a BatchNorm2d layer keeps no running statistics "
+                         "(track_running_stats=False)")
+    momenta = [m.momentum for m in layers]
+    for m in layers:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average over the batches
+    model.train()
+    try:
+        for start in range(0, len(images), batch_size):
+            model(images[start : start + batch_size])
+    finally:
+        for m, momentum in zip(layers, momenta):
+            m.momentum = momentum
+        model.eval()
+    return model
