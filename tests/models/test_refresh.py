@@ -48,6 +48,19 @@ def test_a_refreshed_model_normalises_its_images_to_the_layers_shift():
     torch.testing.assert_close(outputs[0].mean((0, 2, 3)), first.bias, atol=1e-5, rtol=0)
 
 
+def test_only_the_bn_layers_run_in_training_mode():
+    """A dropout layer before a BN layer stays off: its statistics are those without it."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Dropout(0.5), nn.BatchNorm2d(4))
+    plain = nn.Sequential(net[0], nn.Identity(), nn.BatchNorm2d(4))
+    images = random_images(8, seed=5)
+    refresh_statistics(net, images, batch_size=4)
+    refresh_statistics(plain, images, batch_size=4)
+    torch.testing.assert_close(net[2].running_mean, plain[2].running_mean)
+    torch.testing.assert_close(net[2].running_var, plain[2].running_var)
+    assert not net.training and not net[1].training
+
+
 @pytest.mark.parametrize("images, message", [
     (torch.rand(3, 8, 8), "float images (N, C, H, W) with N >= 1"),
     (torch.zeros(0, 3, 8, 8), "float images (N, C, H, W) with N >= 1"),

@@ -12,7 +12,8 @@ def refresh_statistics(model: nn.Module, images: torch.Tensor, batch_size: int =
     """``model`` (changed in place, returned in eval mode) with the running statistics of every
     BatchNorm2d replaced by the average of those of the batches of ``images``: the mean of the
     batches' means and of their unbiased variances, as ``nn.BatchNorm2d`` with
-    ``momentum=None``. Nothing else changes.
+    ``momentum=None``. Only the BN layers run in training mode (dropout stays off). Nothing else
+    changes.
 
     For a model whose source statistics do not describe even the uncorrupted images it is
     deployed on (trained on PNG images, deployed on JPEG ones, say: RESULTS.md, "The ResNet-8's
@@ -36,10 +37,11 @@ def refresh_statistics(model: nn.Module, images: torch.Tensor, batch_size: int =
         raise ValueError("refresh_statistics: a BatchNorm2d layer keeps no running statistics "
                          "(track_running_stats=False)")
     momenta = [m.momentum for m in layers]
+    model.eval()  # dropout and the like stay off; only the BN layers update
     for m in layers:
         m.reset_running_stats()
         m.momentum = None  # a cumulative average over the batches
-    model.train()
+        m.train()
     try:
         for start in range(0, len(images), batch_size):
             model(images[start : start + batch_size])
