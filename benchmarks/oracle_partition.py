@@ -45,6 +45,7 @@ import dyntta
 from dyntta.bench.config import DatasetEntry
 from dyntta.bench.sources import SourceOptions, resolve_path, resolve_source
 from dyntta.bench.stats import difference_interval
+from dyntta.bench.train import to_tensor
 from dyntta.data import make_stream
 from dyntta.data.datasets import load_npz
 from dyntta.data.streams import Batch
@@ -215,8 +216,8 @@ def clean_stream(images: tuple[np.ndarray, np.ndarray], batch_size: int, seed: i
     in an order drawn from ``seed``, in batches of ``batch_size``: one domain."""
     x, y = images
     order = np.random.default_rng(seed).permutation(len(y))
-    return [Batch(torch.from_numpy(x[rows]).permute(0, 3, 1, 2).float() / 255,
-                  torch.from_numpy(y[rows]).long(), torch.zeros(len(rows), dtype=torch.long))
+    return [Batch(to_tensor(x[rows]), torch.from_numpy(y[rows]).long(),
+                  torch.zeros(len(rows), dtype=torch.long))
             for rows in np.array_split(order, range(batch_size, len(order), batch_size))]
 
 

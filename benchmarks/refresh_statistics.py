@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
+from dyntta.bench.train import to_tensor
 from dyntta.data.datasets import load_npz
 from dyntta.models import load_checkpoint, refresh_statistics, save_checkpoint
 
@@ -33,7 +32,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     model = load_checkpoint(args.checkpoint)
     images, _ = load_npz(args.npz, "clean images")
-    images = torch.from_numpy(images[ROWS[args.rows]]).permute(0, 3, 1, 2).float() / 255
+    images = to_tensor(images[ROWS[args.rows]])
     save_checkpoint(refresh_statistics(model, images), args.out)
     print(f"{args.out}: BN statistics of {len(images)} images ({args.rows} rows)")
 
