@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 import dyntta
-from dyntta.bench.train import to_tensor
+from dyntta.data.datasets import to_tensor
 from dyntta.data import load_npz
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 import dyntta
-from dyntta.bench.train import to_tensor
+from dyntta.data.datasets import to_tensor
 from dyntta.data import corrupt, load_npz
 
 METHODS = ("source", "tbn", "alpha_bn", "dyn")

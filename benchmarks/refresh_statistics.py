@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from dyntta.bench.train import to_tensor
+from dyntta.data.datasets import to_tensor
 from dyntta.data.datasets import load_npz
 from dyntta.models import load_checkpoint, refresh_statistics, save_checkpoint
 

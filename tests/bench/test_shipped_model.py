@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from dyntta.bench.sources import DIGITS_MODEL, file_sha256
-from dyntta.bench.train import to_tensor, train_classifier
+from dyntta.bench.train import train_classifier
+from dyntta.data.datasets import to_tensor
 from dyntta.data import corrupt, load_digits_split
 from dyntta.models import load_checkpoint
 

@@ -40,7 +40,7 @@ from dyntta.data import (
     load_digits_c,
     load_npz,
 )
-from dyntta.data.datasets import LABELS_FILE, check_images, check_labels
+from dyntta.data.datasets import LABELS_FILE, check_images, check_labels, to_tensor
 from dyntta.models import load_checkpoint
 from dyntta.models.factory import build_from_factory
 
@@ -206,7 +206,7 @@ def output_classes(model: nn.Module, images, what: str) -> int:
     in [0, 1]), run without gradients in eval mode (its mode is restored). A ``ValueError`` unless
     the output is a floating (B, classes) tensor."""
     rows = np.asarray(images[np.arange(min(PROBE_IMAGES, len(images)))])
-    x = torch.from_numpy(rows).permute(0, 3, 1, 2).to(torch.float32).div_(255.0)
+    x = to_tensor(rows)
     training = model.training
     try:
         with torch.no_grad():

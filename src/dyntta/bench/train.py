@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from dyntta.data.datasets import check_labels
+from dyntta.data.datasets import check_labels, to_tensor
 from dyntta.models import Normalized, ResNet, ResNetSpec
 from dyntta.models.resnet import ARCHITECTURES
 
@@ -19,11 +19,6 @@ def channel_stats(images: np.ndarray) -> tuple[list[float], list[float]]:
     """Per-channel mean and std of uint8 images (N, H, W, C), in [0, 1] units."""
     x = images.reshape(-1, images.shape[-1]).astype(np.float64) / 255.0
     return x.mean(0).tolist(), np.maximum(x.std(0), 1e-3).tolist()
-
-
-def to_tensor(images: np.ndarray) -> torch.Tensor:
-    """uint8 (N, H, W, C) -> float (N, C, H, W) in [0, 1]."""
-    return torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float().div_(255.0)
 
 
 def random_crop(x: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:

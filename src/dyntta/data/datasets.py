@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
+import torch
 from PIL import Image
 
 SEVERITIES = (1, 2, 3, 4, 5)
@@ -308,6 +309,11 @@ def check_images(array, what: str, rows: int | None = None) -> None:
         )
     if rows is not None and shape[0] != rows:
         raise ValueError(f"{what}: expected {rows} rows, got {shape[0]}")
+
+
+def to_tensor(images: np.ndarray) -> torch.Tensor:
+    """uint8 images (N, H, W, C) -> float32 (N, C, H, W) in [0, 1], as streams feed models."""
+    return torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float().div_(255.0)
 
 
 def _open_npy(path: Path) -> np.ndarray:

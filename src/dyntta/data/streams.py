@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from dyntta.data.corruptions import CORRUPTIONS
-from dyntta.data.datasets import CorruptedDataset, LazyImageFiles
+from dyntta.data.datasets import CorruptedDataset, LazyImageFiles, to_tensor
 
 DEFAULT_DELTA = 0.01
 """Dirichlet concentration of ``wild`` when none is given: ``--non_iid_ness`` default (0.01) of the
@@ -293,9 +293,8 @@ class Stream:
         for d in np.unique(domains):
             where = np.flatnonzero(domains == d)
             x[where] = self._images[d][rows[where]]
-        images = torch.from_numpy(x).permute(0, 3, 1, 2).to(torch.float32).div_(255.0)
         return Batch(
-            x=images.contiguous(),
+            x=to_tensor(x).contiguous(),
             y=torch.from_numpy(self.dataset.labels[rows]),
             domain=torch.from_numpy(domains.copy()),
         )
