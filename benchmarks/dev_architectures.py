@@ -10,7 +10,10 @@ rules carry across architectures (the ResNet-20 and the MLPerf-Tiny ResNet-8 are
   convolution and before the pooling, 13 BN layers;
 - ``resnet18_quarter``: the CIFAR ResNet-18 of most CIFAR code bases (four stages of two basic
   blocks, maps of 32 down to 4 pixels; a 1x1 convolution and BN on each downsampling
-  shortcut) at a quarter of its width, 20 BN layers.
+  shortcut) at a quarter of its width, 20 BN layers;
+- ``convmixer``: a ConvMixer (Trockman and Kolter, "Patches Are All You Need?", TMLR 2023):
+  a 2x2 patch embedding, then depthwise and pointwise convolutions at one width and one map
+  size throughout (no downsampling stages), each followed by GELU then BN, 13 BN layers.
 
 Each factory returns an untrained model for images in [0, 1] (``dyntta bench --model
 benchmarks.dev_architectures:NAME --checkpoint FILE`` from the repository root loads the trained
@@ -35,7 +38,8 @@ import torch
 from torch import nn
 
 from dyntta.atomic import atomic_path
-from dyntta.bench.train import to_tensor, train_classifier
+from dyntta.bench.train import train_classifier
+from dyntta.data.datasets import to_tensor
 from dyntta.models import Normalized
 
 
@@ -162,6 +166,33 @@ class ResNet18Quarter(PooledClassifier):
         super().__init__([*stem, *layers], width, num_classes)
 
 
+class DepthwiseResidual(nn.Module):
+    """``x + GELU-BN(depthwise conv(x))``: ConvMixer's spatial mixing."""
+
+    def __init__(self, width: int, kernel: int) -> None:
+        super().__init__()
+        self.mix = nn.Sequential(nn.Conv2d(width, width, kernel, padding=kernel // 2,
+                                           groups=width), nn.GELU(), nn.BatchNorm2d(width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mix(x)
+
+
+class ConvMixer(PooledClassifier):
+    """ConvMixer-128/6: a 2x2 patch embedding to 128 channels at 16 x 16, then six blocks of a
+    residual 5x5 depthwise convolution and a 1x1 pointwise one, each conv-GELU-BN; global
+    average pool; linear."""
+
+    def __init__(self, num_classes: int = 10, width: int = 128, depth: int = 6,
+                 kernel: int = 5, patch: int = 2) -> None:
+        layers: list[nn.Module] = [nn.Conv2d(3, width, patch, patch), nn.GELU(),
+                                   nn.BatchNorm2d(width)]
+        for _ in range(depth):
+            layers += [DepthwiseResidual(width, kernel), nn.Conv2d(width, width, 1), nn.GELU(),
+                       nn.BatchNorm2d(width)]
+        super().__init__(layers, width, num_classes)
+
+
 def untrained(net: nn.Module) -> Normalized:
     """``net`` for images in [0, 1], behind a placeholder input normalisation that a checkpoint
     replaces."""
@@ -188,8 +219,14 @@ def resnet18_quarter() -> Normalized:
     return untrained(ResNet18Quarter())
 
 
+def convmixer() -> Normalized:
+    """An untrained :class:`ConvMixer` (:func:`untrained`)."""
+    return untrained(ConvMixer())
+
+
 FACTORIES = {"vgg_bn_after_relu": vgg_bn_after_relu, "depthwise_net": depthwise_net,
-             "wide_resnet": wide_resnet, "resnet18_quarter": resnet18_quarter}
+             "wide_resnet": wide_resnet, "resnet18_quarter": resnet18_quarter,
+             "convmixer": convmixer}
 
 
 def accuracy(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> float:

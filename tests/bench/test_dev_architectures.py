@@ -11,7 +11,8 @@ from torch import nn
 
 import dyntta
 from benchmarks.dev_architectures import (
-    FACTORIES, DepthwiseNet, PreActBlock, ResNet18Quarter, VGGBNAfterReLU, WideResNet, main)
+    FACTORIES, ConvMixer, DepthwiseNet, DepthwiseResidual, PreActBlock, ResNet18Quarter,
+    VGGBNAfterReLU, WideResNet, main)
 from dyntta.bench.train import train_classifier
 from dyntta.models.factory import build_from_factory
 
@@ -58,6 +59,24 @@ def test_resnet18_quarter_has_four_stages_and_normalises_its_projection_shortcut
     assert len(inputs) == 1 + 8 * 2 + 3 == 20  # stem, two per block, three shortcuts
     assert [t.shape[2] for t in inputs] == [32] * 5 + [16] * 5 + [8] * 5 + [4] * 5
     assert [t.shape[1] for t in inputs][-5:] == [128] * 5
+
+
+def test_convmixer_keeps_one_map_size_and_normalises_after_every_gelu():
+    net = ConvMixer()
+    inputs = bn_inputs(net, torch.randn(4, 3, 32, 32))
+    assert len(inputs) == 1 + 2 * 6 == 13  # the patch embedding, two per block
+    assert all(t.shape[1:] == (128, 16, 16) for t in inputs)  # no downsampling stage
+    gelu_min = nn.functional.gelu(torch.tensor(-0.7518))  # GELU's minimum, about -0.17
+    assert all(t.min() >= gelu_min - 1e-6 for t in inputs)
+    assert all(t.min() < 0 for t in inputs)  # GELU outputs, not ReLU ones
+
+
+def test_a_depthwise_residual_adds_its_input():
+    torch.manual_seed(0)
+    block = DepthwiseResidual(8, 5).eval()
+    x = torch.randn(2, 8, 6, 6)
+    torch.testing.assert_close(block(x), x + block.mix[2](nn.functional.gelu(block.mix[0](x))))
+    assert block.mix[0].groups == 8 and block.mix[0].kernel_size == (5, 5)
 
 
 def test_a_preactivation_block_adds_its_input_or_its_projection():
