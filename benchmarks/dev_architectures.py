@@ -13,7 +13,10 @@ rules carry across architectures (the ResNet-20 and the MLPerf-Tiny ResNet-8 are
   shortcut) at a quarter of its width, 20 BN layers;
 - ``convmixer``: a ConvMixer (Trockman and Kolter, "Patches Are All You Need?", TMLR 2023):
   a 2x2 patch embedding, then depthwise and pointwise convolutions at one width and one map
-  size throughout (no downsampling stages), each followed by GELU then BN, 13 BN layers.
+  size throughout (no downsampling stages), each followed by GELU then BN, 13 BN layers;
+- ``densenet``: a DenseNet-BC (Huang et al., CVPR 2017) of three dense blocks whose layers
+  normalise the concatenation of every earlier layer's features (BN-ReLU-1x1 conv-BN-ReLU-3x3
+  conv), growth 12, four layers a block, 27 BN layers.
 
 Each factory returns an untrained model for images in [0, 1] (``dyntta bench --model
 benchmarks.dev_architectures:NAME --checkpoint FILE`` from the repository root loads the trained
@@ -193,6 +196,43 @@ class ConvMixer(PooledClassifier):
         super().__init__(layers, width, num_classes)
 
 
+class DenseLayer(nn.Module):
+    """DenseNet-BC's bottleneck layer: its input, then ``growth`` new channels from
+    BN-ReLU-1x1 conv (to ``4 * growth``)-BN-ReLU-3x3 conv of it."""
+
+    def __init__(self, c_in: int, growth: int) -> None:
+        super().__init__()
+        self.new = nn.Sequential(
+            nn.BatchNorm2d(c_in), nn.ReLU(inplace=True),
+            nn.Conv2d(c_in, 4 * growth, 1, bias=False),
+            nn.BatchNorm2d(4 * growth), nn.ReLU(inplace=True),
+            nn.Conv2d(4 * growth, growth, 3, padding=1, bias=False))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, self.new(x)], 1)
+
+
+class DenseNet(PooledClassifier):
+    """DenseNet-BC: a 3x3 stem at ``2 * growth`` channels, three dense blocks of ``layers``
+    :class:`DenseLayer` at 32, 16 and 8 pixels, each of the first two followed by a transition
+    (BN-ReLU-1x1 conv to half the channels, 2x2 average pool), BN-ReLU, global average pool,
+    linear."""
+
+    def __init__(self, num_classes: int = 10, growth: int = 12, layers: int = 4) -> None:
+        width = 2 * growth
+        modules: list[nn.Module] = [nn.Conv2d(3, width, 3, padding=1, bias=False)]
+        for block in range(3):
+            for _ in range(layers):
+                modules.append(DenseLayer(width, growth))
+                width += growth
+            if block < 2:
+                modules += [nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+                            nn.Conv2d(width, width // 2, 1, bias=False), nn.AvgPool2d(2)]
+                width //= 2
+        super().__init__([*modules, nn.BatchNorm2d(width), nn.ReLU(inplace=True)], width,
+                         num_classes)
+
+
 def untrained(net: nn.Module) -> Normalized:
     """``net`` for images in [0, 1], behind a placeholder input normalisation that a checkpoint
     replaces."""
@@ -224,9 +264,14 @@ def convmixer() -> Normalized:
     return untrained(ConvMixer())
 
 
+def densenet() -> Normalized:
+    """An untrained :class:`DenseNet` (:func:`untrained`)."""
+    return untrained(DenseNet())
+
+
 FACTORIES = {"vgg_bn_after_relu": vgg_bn_after_relu, "depthwise_net": depthwise_net,
              "wide_resnet": wide_resnet, "resnet18_quarter": resnet18_quarter,
-             "convmixer": convmixer}
+             "convmixer": convmixer, "densenet": densenet}
 
 
 def accuracy(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> float:

@@ -11,8 +11,8 @@ from torch import nn
 
 import dyntta
 from benchmarks.dev_architectures import (
-    FACTORIES, ConvMixer, DepthwiseNet, DepthwiseResidual, PreActBlock, ResNet18Quarter,
-    VGGBNAfterReLU, WideResNet, main)
+    FACTORIES, ConvMixer, DenseLayer, DenseNet, DepthwiseNet, DepthwiseResidual, PreActBlock,
+    ResNet18Quarter, VGGBNAfterReLU, WideResNet, main)
 from dyntta.bench.train import train_classifier
 from dyntta.models.factory import build_from_factory
 
@@ -69,6 +69,26 @@ def test_convmixer_keeps_one_map_size_and_normalises_after_every_gelu():
     gelu_min = nn.functional.gelu(torch.tensor(-0.7518))  # GELU's minimum, about -0.17
     assert all(t.min() >= gelu_min - 1e-6 for t in inputs)
     assert all(t.min() < 0 for t in inputs)  # GELU outputs, not ReLU ones
+
+
+def test_densenet_normalises_the_growing_concatenation_in_three_blocks():
+    inputs = bn_inputs(DenseNet(), torch.randn(4, 3, 32, 32))
+    assert len(inputs) == 3 * 4 * 2 + 2 + 1 == 27  # two per dense layer, transitions, the last
+    assert [t.shape[2] for t in inputs] == [32] * 9 + [16] * 9 + [8] * 9
+    first = [t.shape[1] for t in inputs[0:8:2]] + [t.shape[1] for t in inputs[9:17:2]] + \
+        [t.shape[1] for t in inputs[18:26:2]]
+    assert first == [24, 36, 48, 60, 36, 48, 60, 72, 42, 54, 66, 78]  # 12 more each layer
+    assert [inputs[i].shape[1] for i in (8, 17, 26)] == [72, 84, 90]  # transitions, the last
+
+
+def test_a_dense_layer_keeps_its_input_and_adds_growth_channels():
+    torch.manual_seed(0)
+    layer = DenseLayer(8, 4).eval()
+    x = torch.randn(2, 8, 6, 6)
+    out = layer(x)
+    assert out.shape == (2, 12, 6, 6)
+    torch.testing.assert_close(out[:, :8], x)
+    torch.testing.assert_close(out[:, 8:], layer.new(x))
 
 
 def test_a_depthwise_residual_adds_its_input():
