@@ -45,9 +45,8 @@ import dyntta
 from dyntta.bench.config import DatasetEntry
 from dyntta.bench.sources import SourceOptions, resolve_path, resolve_source
 from dyntta.bench.stats import difference_interval
-from dyntta.data.datasets import to_tensor
 from dyntta.data import make_stream
-from dyntta.data.datasets import load_npz
+from dyntta.data.datasets import load_npz, to_tensor
 from dyntta.data.streams import Batch
 from dyntta.methods.dyn import DYNConfig
 from dyntta.norm import ClusterAwareBatchNorm2d, WindowMatch, replace_batchnorm

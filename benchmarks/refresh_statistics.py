@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from dyntta.data.datasets import to_tensor
-from dyntta.data.datasets import load_npz
+from dyntta.data.datasets import load_npz, to_tensor
 from dyntta.models import load_checkpoint, refresh_statistics, save_checkpoint
 
 ROWS = {"even": slice(0, None, 2), "odd": slice(1, None, 2), "all": slice(None)}

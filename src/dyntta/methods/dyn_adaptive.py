@@ -30,12 +30,12 @@ first stage, the layers before the first downsampling, label-balanced pools in t
 the layers after the last downsampling that feed the classifier (read from the network, not a
 share of its depth: the first and the last stage are 7 and 6 of the ResNet-20's 19 BN layers, 3
 and 2 of the MLPerf-Tiny ResNet-8's 7; in a network of one map size throughout, such as a
-ConvMixer, every layer is both, and all but the first pool). A sample's nearest samples share its content as well
-as its domain, so in a batch of one domain the batch serves better than any neighbourhood, and
-in a mixed one the search keeps to the images whose spectra (which corruptions move more than
-content does) are nearest; the deep layers' long window, too, keeps to the images whose
-spectra match the current ones, and on a mixed batch each sample's deep group to its
-spectrally nearest.
+ConvMixer, every layer is both, and all but the first pool). A sample's nearest samples share
+its content as well as its domain, so in a batch of one domain the batch serves better than any
+neighbourhood, and in a mixed one the search keeps to the images whose spectra (which
+corruptions move more than content does) are nearest; the deep layers' long window, too, keeps
+to the images whose spectra match the current ones, and on a mixed batch each sample's deep
+group to its spectrally nearest.
 The measurements behind each rule and constant: RESULTS.md, "How `dyn_adaptive`'s defaults
 were chosen" and "`dyn_adaptive` across architectures".
 
