@@ -16,9 +16,10 @@ on the stream's first N images, how often DYN's layer at each weight, given synt
 clusters, predicts on a batch shifted by those domains what it predicts on the batch as it came
 (a random fifth of each batch of :data:`BATCH` shifted by each of :data:`SYNTHETIC`, including
 no shift, :data:`DRAWS` draws). With exact domain statistics the best source weight differs
-between models and no statistic of the features tells them apart (RESULTS.md); this reads the
-network's response instead. Tried as a rule of ``dyn_adaptive`` and not kept (RESULTS.md, "How
-far to trust the source, read from the model").
+between models and no statistic of the features tells them apart (docs/dyn-adaptive-rules.md,
+"What exact domain statistics say"); this reads the network's response instead. Tried as a rule
+of ``dyn_adaptive`` and not kept (the same page, "How far to trust the source, read from the
+model").
 
 ``--scenarios clean`` runs the labels on the npz file's images uncorrupted, each once, shuffled
 by the seed: whether the model's source statistics describe its test images at all (RESULTS.md,

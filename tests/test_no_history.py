@@ -1,6 +1,7 @@
 """The project's documents speak of the project, not of how it was written: no work sessions,
-no issue numbers, no commit hashes in the README, the results, docs/, src/, benchmarks/, configs/
-and tests/ (each benchmark record carries its code's git revision instead)."""
+no issue numbers, no commit hashes in the README, the results and benchmarks documents, docs/,
+src/, benchmarks/, configs/ and tests/ (each benchmark record carries its code's git revision
+instead)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ SUFFIXES = {".py", ".md", ".toml", ".csv", ".txt", ".yml", ".yaml"}
 
 
 def documents() -> list[Path]:
-    files = [REPO / "README.md", REPO / "RESULTS.md", REPO / "mkdocs.yml"]
+    files = [REPO / "README.md", REPO / "RESULTS.md", REPO / "BENCHMARKS.md", REPO / "mkdocs.yml"]
     for folder in ("docs", "src", "benchmarks", "configs", "tests"):
         files += sorted(p for p in (REPO / folder).rglob("*") if p.suffix in SUFFIXES)
     return [f for f in files if f.is_file() and f != Path(__file__).resolve()]

@@ -36,8 +36,8 @@ neighbourhood, and in a mixed one the search keeps to the images whose spectra (
 corruptions move more than content does) are nearest; the deep layers' long window, too, keeps
 to the images whose spectra match the current ones, and on a mixed batch each sample's deep
 group to its spectrally nearest.
-The measurements behind each rule and constant: RESULTS.md, "How `dyn_adaptive`'s defaults
-were chosen" and "`dyn_adaptive` across architectures".
+The measurements behind each rule and constant: docs/dyn-adaptive-rules.md; its standing
+against the baselines: RESULTS.md, "`dyn_adaptive` across architectures".
 
 State: each layer remembers its window of instance statistics; the method owns what several
 layers share: the deep layers' source weight (buffer ``deep_source_weight``), the two window
@@ -82,8 +82,8 @@ def applies_instance_rule(i: int, sizes: list[int]) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class DYNAdaptiveConfig:
-    """Hyper-parameters of DYN-adaptive (each constant's measured sensitivity: RESULTS.md,
-    "How `dyn_adaptive`'s defaults were chosen").
+    """Hyper-parameters of DYN-adaptive (each constant's measured sensitivity:
+    docs/dyn-adaptive-rules.md, "The constants, each swept alone").
 
     neighbours: n >= 1 nearest samples behind each sample's statistics in the neighbourhood
         layers (of its ``MIN_IMAGES`` spectral candidates); 8.
