@@ -31,7 +31,6 @@ from dyntta.methods import method_class
 
 GROUPS = ("Source", "Test-time fine-tuning", "Test-time normalisation",
           "Not known to this version of dyntta")
-REQUIRED = ("config", "accuracy")
 
 
 def check_records(records: list[dict[str, Any]]) -> None:

@@ -59,11 +59,6 @@ class Dataset:
     parts: dict[str, Archive]
     default_parts: tuple[str, ...]
 
-    @property
-    def per_corruption(self) -> bool:
-        """ImageNet-C layout (one folder per corruption) rather than one folder of .npy files."""
-        return any(a.corruptions for a in self.parts.values())
-
 
 def _zenodo(record: int, name: str) -> str:
     return f"https://zenodo.org/records/{record}/files/{name}?download=1"

@@ -7,7 +7,7 @@ saturation [0.5, 1.5], hue [-0.06, 0.06] and gamma [0.7, 1.3] applied in a rando
 edge padding by half the image size; a random affine map (rotation in [-15, 15] degrees,
 translation up to 1/16 of the size, scale in [0.9, 1.1], bilinear); Gaussian blur (kernel 5,
 sigma in [0.001, 0.5]); centre crop back to the input size; horizontal flip with probability
-0.5; Gaussian noise (std 0.005); clip. ``soft=True`` gives CoTTA's milder ranges.
+0.5; Gaussian noise (std 0.005); clip.
 
 As in those codes, where torchvision transforms receive the whole batch as one tensor, one set of
 random parameters is drawn per call and applied to every image of the batch. The operations
@@ -29,7 +29,7 @@ GREY = (0.2989, 0.587, 0.114)
 
 @dataclasses.dataclass(frozen=True)
 class Ranges:
-    """Parameter ranges of the strong augmentation (CoTTA's defaults, ``soft=False``)."""
+    """Parameter ranges of the strong augmentation (CoTTA's defaults)."""
 
     brightness: tuple[float, float] = (0.6, 1.4)
     contrast: tuple[float, float] = (0.7, 1.3)
@@ -43,25 +43,13 @@ class Ranges:
     noise_std: float = 0.005
 
 
-SOFT = Ranges(
-    brightness=(0.8, 1.2),
-    contrast=(0.85, 1.15),
-    saturation=(0.75, 1.25),
-    hue=(-0.03, 0.03),
-    gamma=(0.85, 1.15),
-    degrees=8.0,
-    scale=(0.95, 1.05),
-    blur_sigma=(0.001, 0.25),
-)
-
-
 class StrongAugmentation:
     """Callable ``aug(x)`` for RGB images ``x: (B, 3, H, W)`` in [0, 1]; returns the same shape.
 
     Args:
         seed: seeds every random choice; two augmenters with the same seed give the same
             outputs for the same inputs.
-        ranges: :class:`Ranges` (CoTTA's strong ranges by default, ``SOFT`` for the mild ones).
+        ranges: :class:`Ranges` (CoTTA's strong ranges by default).
     """
 
     def __init__(self, seed: int = 0, ranges: Ranges = Ranges()) -> None:
