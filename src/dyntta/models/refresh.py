@@ -17,7 +17,7 @@ def refresh_statistics(model: nn.Module, images: torch.Tensor, batch_size: int =
 
     For a model whose source statistics do not describe even the uncorrupted images it is
     deployed on (trained on PNG images, deployed on JPEG ones, say: RESULTS.md, "The ResNet-8's
-    source statistics do not describe its test images"), before adapting it: a few hundred
+    source statistics do not describe its test images"), before adapting it: a hundred or more
     clean images of the deployment's own pipeline.
 
     Args:
