@@ -21,6 +21,7 @@ from dyntta.analysis import cli as analysis_cli
 from dyntta.bench import cli as bench_cli
 from dyntta.bench.results import RunFolderBusy
 from dyntta.methods import available_methods, method_class
+from dyntta.models import cli as models_cli
 
 
 def add_methods_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +59,8 @@ COMMANDS: list[Command] = [
      bench_cli.run_train),
     ("report", "render tables and plots from a results file", bench_cli.add_report_arguments,
      bench_cli.run_report),
+    ("refresh", "re-estimate a model's BN statistics on clean images: a new checkpoint",
+     models_cli.add_arguments, models_cli.run),
     ("analyze", "run one of the paper's analyses: results file + figure",
      analysis_cli.add_arguments, analysis_cli.run),
 ]

@@ -1,0 +1,101 @@
+"""``dyntta refresh`` writes the model with its BN statistics re-estimated on the chosen rows of
+an .npz's images: the library's :func:`refresh_statistics` of exactly those rows, as a checkpoint
+that loads as the model did (a dyntta checkpoint, or a state dict for a factory's model)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dyntta.cli import main
+from dyntta.models import load_checkpoint, refresh_statistics, save_checkpoint
+from dyntta.models.factory import build_from_factory
+from tests.conftest import tiny_resnet
+
+USER_MODULE = textwrap.dedent("""
+    from dyntta.models import Normalized, ResNet, ResNetSpec
+
+
+    def tiny():
+        net = ResNet(ResNetSpec("basic", (1, 1), (4, 8), "B", 4), 3)
+        return Normalized(net, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+""")
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    """12 random images (``clean.npz``), the tiny ResNet as a dyntta checkpoint (``tiny.pt``)
+    and as a state dict (``state.pt``) of the factory ``usermodels:tiny``; the current folder."""
+    images = np.random.default_rng(2).integers(0, 256, (12, 8, 8, 3), dtype=np.uint8)
+    np.savez(tmp_path / "clean.npz", x=images, y=np.zeros(12, dtype=np.int64))
+    save_checkpoint(tiny_resnet(), tmp_path / "tiny.pt")
+    torch.save(tiny_resnet().state_dict(), tmp_path / "state.pt")
+    (tmp_path / "usermodels.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield images
+    sys.modules.pop("usermodels", None)
+
+
+def as_floats(images: np.ndarray) -> torch.Tensor:  # an independent reading of the conversion
+    return torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255
+
+
+def assert_same_state(written: dict, expected: dict) -> None:
+    assert written.keys() == expected.keys()
+    for name, value in expected.items():
+        torch.testing.assert_close(written[name], value, rtol=0, atol=0, msg=name)
+
+
+def test_a_checkpoint_refreshed_on_the_even_rows(folder):
+    assert main(["refresh", "clean.npz", "--checkpoint", "tiny.pt", "--rows", "even",
+                 "--out", "refreshed.pt"]) == 0
+    expected = refresh_statistics(tiny_resnet(), as_floats(folder[0::2]))
+    written = load_checkpoint("refreshed.pt")
+    assert_same_state(written.state_dict(), expected.state_dict())
+    x = torch.rand(2, 3, 8, 8)
+    with torch.no_grad():
+        assert not torch.allclose(written(x), tiny_resnet()(x))  # not the source model
+
+
+def test_images_takes_the_seeds_random_draw_of_the_rows(folder):
+    for seed in (0, 1):
+        assert main(["refresh", "clean.npz", "--checkpoint", "tiny.pt", "--rows", "odd",
+                     "--images", "4", "--seed", str(seed), "--out", f"{seed}.pt"]) == 0
+    for seed in (0, 1):  # the first 4 of the seed's permutation of the 6 odd rows
+        rows = torch.randperm(6, generator=torch.Generator().manual_seed(seed))[:4].numpy()
+        expected = refresh_statistics(tiny_resnet(), as_floats(folder[1::2][rows]))
+        assert_same_state(load_checkpoint(f"{seed}.pt").state_dict(), expected.state_dict())
+    first, second = (load_checkpoint(f"{s}.pt").state_dict() for s in (0, 1))
+    assert any(not torch.equal(first[k], second[k]) for k in first if "running_mean" in k)
+
+
+def test_a_factorys_model_is_written_as_a_state_dict_it_loads(folder):
+    assert main(["refresh", "clean.npz", "--model", "usermodels:tiny", "--checkpoint",
+                 "state.pt", "--out", "mine.pt"]) == 0
+    written = torch.load("mine.pt", weights_only=True)
+    expected = refresh_statistics(build_from_factory("usermodels:tiny", "state.pt"),
+                                  as_floats(folder))
+    assert_same_state(written, expected.state_dict())
+    assert_same_state(build_from_factory("usermodels:tiny", "mine.pt").state_dict(), written)
+
+
+def test_more_images_than_the_rows_hold_is_one_error_line(folder, capsys):
+    assert main(["refresh", "clean.npz", "--checkpoint", "tiny.pt", "--rows", "even",
+                 "--images", "7", "--out", "out.pt"]) == 2
+    assert capsys.readouterr().err == \
+        "dyntta refresh: error: --images 7: the even rows of clean.npz hold 6\n"
+    assert not Path("out.pt").exists()
+
+
+def test_images_that_are_not_uint8_rgb_are_one_error_line(folder, capsys):
+    np.savez("floats.npz", x=folder.astype(np.float32) / 255, y=np.zeros(12, dtype=np.int64))
+    assert main(["refresh", "floats.npz", "--checkpoint", "tiny.pt", "--out", "out.pt"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dyntta refresh: error: floats.npz (x): expected uint8 images") and \
+        len(err.splitlines()) == 1
