@@ -37,7 +37,6 @@ def folder(tmp_path, monkeypatch):
     torch.save(tiny_resnet().state_dict(), tmp_path / "state.pt")
     (tmp_path / "usermodels.py").write_text(USER_MODULE)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
     yield images
     sys.modules.pop("usermodels", None)
 
