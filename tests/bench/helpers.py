@@ -4,6 +4,7 @@ files, and jobs for the executors."""
 from __future__ import annotations
 
 import signal
+import textwrap
 import time
 from pathlib import Path
 
@@ -14,6 +15,40 @@ from dyntta.data import ArrayCorruptedDataset
 from tests.conftest import tiny_resnet
 
 CORRUPTIONS = ("gaussian_noise", "shot_noise", "impulse_noise")
+
+# A user's own module of model factories (``usermodels.py``): the tiny ResNet of
+# ``tests.conftest.tiny_resnet`` and ways a factory can go wrong.
+USER_MODULE = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+    from dyntta.models import Normalized, ResNet, ResNetSpec
+
+
+    def tiny(classes=3):
+        net = ResNet(ResNetSpec("basic", (1, 1), (4, 8), "B", 4), classes)
+        return Normalized(net, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+
+
+    def softmaxed():
+        return nn.Sequential(tiny(), nn.Softmax(dim=1))
+
+
+    def flat():
+        return nn.Sequential(tiny(), nn.Flatten(0))
+
+
+    def two_classes():
+        return tiny(classes=2)
+
+
+    def not_a_module():
+        return "a model"
+
+
+    not_callable = 3
+""")
+
 
 
 def tiny_source(entry=None, options=None, progress=False) -> Source:

@@ -8,7 +8,6 @@ import hashlib
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -19,41 +18,10 @@ import dyntta.bench
 from dyntta.bench.results import read_results
 from dyntta.cli import main
 from dyntta.models import save_checkpoint
-from tests.bench.helpers import NPZ_GRID_TOML
+from tests.bench.helpers import NPZ_GRID_TOML, USER_MODULE
 from tests.conftest import tiny_resnet
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-
-USER_MODULE = textwrap.dedent("""
-    import torch
-    from torch import nn
-
-    from dyntta.models import Normalized, ResNet, ResNetSpec
-
-
-    def tiny(classes=3):
-        net = ResNet(ResNetSpec("basic", (1, 1), (4, 8), "B", 4), classes)
-        return Normalized(net, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
-
-
-    def softmaxed():
-        return nn.Sequential(tiny(), nn.Softmax(dim=1))
-
-
-    def flat():
-        return nn.Sequential(tiny(), nn.Flatten(0))
-
-
-    def two_classes():
-        return tiny(classes=2)
-
-
-    def not_a_module():
-        return "a model"
-
-
-    not_callable = 3
-""")
 
 GRID = NPZ_GRID_TOML.replace('checkpoint = "tiny.pt"\n', "")  # the model comes from elsewhere
 

@@ -5,7 +5,6 @@ that loads as the model did (a dyntta checkpoint, or a state dict for a factory'
 from __future__ import annotations
 
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -15,17 +14,8 @@ import torch
 from dyntta.cli import main
 from dyntta.models import load_checkpoint, refresh_statistics, save_checkpoint
 from dyntta.models.factory import build_from_factory
+from tests.bench.helpers import USER_MODULE
 from tests.conftest import tiny_resnet
-
-USER_MODULE = textwrap.dedent("""
-    from dyntta.models import Normalized, ResNet, ResNetSpec
-
-
-    def tiny():
-        net = ResNet(ResNetSpec("basic", (1, 1), (4, 8), "B", 4), 3)
-        return Normalized(net, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
-""")
-
 
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
