@@ -40,3 +40,11 @@ def test_eval_mode_changes_nothing():
 def test_wrong_channel_count_raises():
     with pytest.raises(ValueError, match=r"expects \(B, 5, H, W\)"):
         TrainModeBatchNorm2d(source_bn(5))(torch.randn(2, 4, 3, 3))
+
+
+def test_one_value_per_channel_raises_naming_the_cause():
+    layer = TrainModeBatchNorm2d(source_bn(5))
+    with pytest.raises(ValueError, match="batch of 1 sample on 1x1 maps .* batches of 2 or more"):
+        layer(torch.randn(1, 5, 1, 1))
+    assert layer(torch.randn(2, 5, 1, 1)).shape == (2, 5, 1, 1)  # two values per channel
+    assert layer(torch.randn(1, 5, 2, 1)).shape == (1, 5, 2, 1)
