@@ -12,6 +12,7 @@ from dyntta.bench.config import DatasetEntry
 from dyntta.bench.results import read_results
 from dyntta.bench.sources import SourceOptions, resolve_source
 from dyntta.cli import main
+from dyntta.data import NpyCorruptedDataset, build_corrupted
 from dyntta.models import load_checkpoint, save_checkpoint
 from tests.conftest import tiny_resnet
 
@@ -139,6 +140,47 @@ def test_training_that_would_not_train_is_refused(kwargs, words):
             "progress": False, **kwargs}
     with pytest.raises(ValueError, match=re.escape(words)):
         train_classifier(**args)
+
+
+def test_npz_of_another_image_size_is_corrupted_with_the_recipe_given(npz_and_checkpoint, capsys):
+    """Images neither 32x32 nor 224x224 have no recipe by size: the bench says how to give one,
+    and ``--recipe`` reaches the build (the cached set is the library's build with that recipe,
+    not the other's)."""
+    d = npz_and_checkpoint
+    rng = np.random.default_rng(1)
+    x, y = rng.integers(0, 256, (6, 20, 28, 3), dtype=np.uint8), rng.integers(0, 3, 6)
+    np.savez(d / "odd.npz", x=x, y=y)
+    args = ["bench", "--dataset", "npz", "--dataset-path", str(d / "odd.npz"), "--checkpoint",
+            str(d / "tiny.pt"), "--methods", "tbn", "--set", 'stream.scenarios=["crossmix"]',
+            "--set", "stream.batch_sizes=[8]", "--cache-dir", str(d / "cache"), "--no-progress",
+            "--out", str(d / "run")]
+    assert main(args) == 2
+    assert "--recipe on the command line" in capsys.readouterr().err
+    assert main([*args, "--recipe", "imagenet"]) == 0
+    [built] = (d / "cache" / "built").iterdir()
+    assert built.name.endswith("-imagenet")
+    for recipe, same in (("imagenet", True), ("cifar", False)):
+        direct = build_corrupted(x, y, d / recipe, severities=[5], seed=0,
+                                 progress=False, recipe=recipe)
+        equal = [np.array_equal(direct.images(c, 5), NpyCorruptedDataset(built).images(c, 5))
+                 for c in ("gaussian_noise", "glass_blur", "frost")]
+        assert equal == [same] * 3, recipe
+    [record] = read_results(d / "run" / "results.jsonl")
+    assert record["config"]["dataset"]["recipe"] == "imagenet"
+
+
+def test_recipe_only_for_npz_and_only_a_known_one(npz_and_checkpoint, capsys):
+    d = npz_and_checkpoint
+    for command in (["bench", "--no-progress"], ["analyze", "alpha-sweep"]):
+        assert main([*command, "--dataset", "cifar10-c", "--recipe", "cifar"]) == 2
+        assert "--recipe is for --dataset npz" in capsys.readouterr().err
+    base = [*tiny_bench(d, n_domains=1), "--out", str(d / "run")]
+    for dataset, message in (('{name = "npz", path = "clean.npz", recipe = "svhn"}',
+                              "unknown recipe 'svhn'; valid: cifar, imagenet"),
+                             ('{name = "cifar10-c", recipe = "cifar"}',
+                              "recipe is for 'npz'")):
+        assert main([*base, "--set", f"datasets=[{dataset}]"]) == 2
+        assert message in capsys.readouterr().err
 
 
 def test_labels_beyond_the_models_classes_are_refused_before_building(npz_and_checkpoint):

@@ -26,6 +26,16 @@ def test_cells_are_the_product_of_the_axes_with_stable_unique_keys(grid_file):
     assert [c.key for c in load_grid(grid_file).cells()] == [c.key for c in cells]
 
 
+def test_a_recipe_enters_the_key_and_no_recipe_leaves_it_as_without_the_field(grid_file):
+    """Records written before datasets had a recipe keep their keys (a re-run resumes them)."""
+    plain = load_grid(grid_file).cells()[0]
+    given = load_grid(grid_file, ['datasets=[{name = "npz", path = "x.npz", recipe = "cifar"}]'])
+    npz = load_grid(grid_file, ['datasets=[{name = "npz", path = "x.npz"}]']).cells()[0]
+    assert "recipe" not in plain.to_dict()["dataset"]
+    assert given.cells()[0].to_dict()["dataset"]["recipe"] == "cifar"
+    assert given.cells()[0].key != npz.key
+
+
 def test_wild_cells_expand_over_deltas_and_others_do_not(grid_file):
     grid = load_grid(grid_file, ['stream.scenarios=["wild", "crossmix"]',
                                  "stream.deltas=[0.1, 0.01]"])

@@ -25,7 +25,8 @@ from dyntta.analysis.clusterings import CLUSTERINGS
 from dyntta.analysis.common import StreamOptions, Subject, read_rows, write_rows
 from dyntta.arguments import device, non_negative_int, path, positive_int
 from dyntta.atomic import check_writable, write_figure
-from dyntta.bench.cli import add_source_arguments, source_options
+from dyntta.bench.cli import (
+    add_dataset_path_arguments, add_source_arguments, check_recipe, source_options)
 from dyntta.data import SCENARIOS
 from dyntta.methods.dyn import DYNConfig
 
@@ -125,7 +126,7 @@ def common_arguments() -> argparse.ArgumentParser:
     data.add_argument("--dataset", default="digits",
                       help="dataset kind: digits (the embedded default), cifar10-c, cifar100-c, "
                       "imagenet-c or npz (see dyntta.bench.sources)")
-    data.add_argument("--dataset-path", type=path, help="path of --dataset (folder, or .npz for 'npz')")
+    add_dataset_path_arguments(data)
     add_source_arguments(data)
     data.add_argument("--device", type=device, default="cpu", help="torch device, e.g. cpu or cuda")
     stream = p.add_argument_group("stream")
@@ -162,7 +163,8 @@ def load_subject(args: argparse.Namespace) -> Subject:
     from dyntta.bench.config import DatasetEntry
     from dyntta.bench.sources import resolve_source
 
-    entry = DatasetEntry(args.dataset, args.dataset_path)
+    check_recipe(args)
+    entry = DatasetEntry(args.dataset, args.dataset_path, recipe=args.recipe)
     source = resolve_source(entry, source_options(args), progress=not args.no_progress)
     model = source.model.to(torch.device(args.device)).eval()
     return Subject(model, source.dataset, source.model_name, source.name)

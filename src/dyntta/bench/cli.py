@@ -22,6 +22,20 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
                    "(default $DYNTTA_CACHE or ~/.cache/dyntta)")
 
 
+def add_dataset_path_arguments(p: argparse.ArgumentParser) -> None:
+    """``--dataset-path`` and ``--recipe`` of ``--dataset`` (shared with ``dyntta analyze``)."""
+    from dyntta.data.corruptions import RECIPES
+
+    p.add_argument("--dataset-path", type=path, help="path of --dataset (folder, or .npz for 'npz')")
+    p.add_argument("--recipe", choices=RECIPES, help="corruption parameters for --dataset npz "
+                   "(default: by image size; images neither 32x32 nor 224x224 need one)")
+
+
+def check_recipe(args: argparse.Namespace) -> None:
+    if args.recipe and args.dataset != "npz":
+        raise ValueError("--recipe is for --dataset npz (images corrupted here)")
+
+
 def source_options(args: argparse.Namespace):
     from dyntta.bench.sources import SourceOptions
 
@@ -42,7 +56,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    "each method's own published ones (overrides the grid's)")
     p.add_argument("--dataset", help=f"replace the grid's datasets by this one ({', '.join(DATASETS)}); "
                    "with the embedded grid, every row of it is used unless stream.n_samples is set")
-    p.add_argument("--dataset-path", type=path, help="path of --dataset (folder, or .npz for 'npz')")
+    add_dataset_path_arguments(p)
     add_source_arguments(p)
     p.add_argument("--model", metavar="PACKAGE.MODULE:FUNCTION", help="source model for every "
                    "dataset, built by your own function (or class) returning an nn.Module that "
@@ -78,6 +92,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.dataset_path and not args.dataset:
         raise ValueError("--dataset-path needs --dataset (which kind of data it is: "
                          "cifar10-c, cifar100-c, imagenet-c or npz)")
+    check_recipe(args)
     overrides = []
     if args.dataset and not args.config:  # the embedded grid's row cut and title are digits'
         overrides += ['stream.n_samples="all"', f'title="Table 1 layout on {args.dataset}"']
@@ -94,7 +109,8 @@ def run_bench(args: argparse.Namespace) -> int:
     overrides += [f"executor.{k}={json.dumps(v)}" for k, v in executor.items() if v is not None]
     if args.dataset:
         path = f", path = {json.dumps(args.dataset_path)}" if args.dataset_path else ""
-        overrides.append(f'datasets=[{{name = "{args.dataset}"{path}}}]')
+        recipe = f', recipe = "{args.recipe}"' if args.recipe else ""
+        overrides.append(f'datasets=[{{name = "{args.dataset}"{path}{recipe}}}]')
     if args.config:
         grid = load_grid(args.config, overrides)
     else:

@@ -69,13 +69,14 @@ from dyntta.bench.protocols import (
     protocol_options,
 )
 from dyntta.data import SCENARIOS
+from dyntta.data.corruptions import RECIPES
 from dyntta.methods import available_methods, method_class
 from dyntta.methods.base import config_from_options
 
 TOP_KEYS = {"title", "seeds", "methods", "columns", "stream", "datasets", "options", "protocol",
             "compile", "executor"}
 STREAM_KEYS = {"scenarios", "batch_sizes", "n_domains", "rounds", "deltas", "severity", "n_samples"}
-DATASET_KEYS = {"name", "path", "checkpoint", "family", "model"}
+DATASET_KEYS = {"name", "path", "checkpoint", "family", "model", "recipe"}
 EXECUTORS = ("process", "slurm")
 COLUMN_KEYS = ("dataset", "scenario", "batch_size", "n_domains", "rounds", "delta", "severity")
 
@@ -83,14 +84,17 @@ COLUMN_KEYS = ("dataset", "scenario", "batch_size", "n_domains", "rounds", "delt
 @dataclasses.dataclass(frozen=True)
 class DatasetEntry:
     """A dataset of the grid: its kind, where its files are, which model to adapt (a checkpoint,
-    a factory's import path ``package.module:function``, or both) and its family (``cifar10`` /
-    ``cifar100`` / ``imagenet``: which published hyper-parameters apply)."""
+    a factory's import path ``package.module:function``, or both), its family (``cifar10`` /
+    ``cifar100`` / ``imagenet``: which published hyper-parameters apply) and, for ``npz``, the
+    corruption recipe (``cifar`` / ``imagenet``; None: by image size, which only 32 x 32 and
+    224 x 224 images have)."""
 
     name: str
     path: str | None = None
     checkpoint: str | None = None
     family: str | None = None
     model: str | None = None
+    recipe: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +150,8 @@ class Cell:
         d["compile"] = self.compile_option
         d["source"] = dict(self.source)
         del d["rows"]
+        if self.dataset.recipe is None:  # the recipe by image size: keys as without the field
+            del d["dataset"]["recipe"]
         return d
 
     @property
@@ -307,6 +313,11 @@ def parse_datasets(value: Any, where: str) -> tuple[DatasetEntry, ...]:
         if d["name"] == "digits" and "path" in d:
             raise ValueError(f"{at}: 'digits' is embedded and takes no path (for images of your "
                              "own use name = \"npz\" with path = the .npz file)")
+        if "recipe" in d and d["name"] != "npz":
+            raise ValueError(f"{at}: recipe is for 'npz' (images corrupted here); "
+                             f"{d['name']} is not corrupted here: remove 'recipe'")
+        if d.get("recipe", RECIPES[0]) not in RECIPES:
+            raise ValueError(f"{at}: unknown recipe {d['recipe']!r}; valid: {', '.join(RECIPES)}")
         entry = DatasetEntry(**{**d, "family": family})
         if entry in entries:
             raise ValueError(f"{at}: repeats datasets[{entries.index(entry)}]")

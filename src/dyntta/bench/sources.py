@@ -13,7 +13,8 @@ Dataset kinds (``DatasetEntry.name``):
 - ``imagenet-c``: ImageNet-C's folder layout (``<path>/<corruption>/<severity>/<wnid>/*.JPEG``).
   Needs a model.
 - ``npz``: a clean test set in an ``.npz`` (``x`` uint8 (N, H, W, 3), ``y`` labels), corrupted
-  here once (the severities asked for) and cached (e.g. ``../shared/data/cifar10-test-jpeg.npz``). Needs a model.
+  here once (the severities asked for, with the entry's ``recipe`` or the one of its image size)
+  and cached (e.g. ``../shared/data/cifar10-test-jpeg.npz``). Needs a model.
 
 Relative paths are resolved against ``--data-dir`` (default: the current folder); caches live in ``--cache-dir`` (default
 ``$DYNTTA_CACHE`` or ``~/.cache/dyntta``).
@@ -40,6 +41,7 @@ from dyntta.data import (
     load_digits_c,
     load_npz,
 )
+from dyntta.data.corruptions import RECIPE_SIZES
 from dyntta.data.datasets import LABELS_FILE, check_images, check_labels, to_tensor
 from dyntta.models import load_checkpoint
 from dyntta.models.factory import build_from_factory
@@ -171,7 +173,7 @@ def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, mo
         check_images(x, str(path))
         check_labels(y, str(path), output_classes(model, x, what))  # before building the set
         data_sha256 = file_sha256(path)
-        dataset = corrupted_npz(x, y, path.stem, data_sha256, options, progress)
+        dataset = corrupted_npz(x, y, path.stem, data_sha256, options, progress, entry.recipe)
     else:
         folder = corrupted_folder(entry, options)
         dataset = load_corrupted(folder.parent, folder.name)
@@ -245,8 +247,10 @@ def file_sha256(path: Path) -> str:
 
 
 def corrupted_npz(x: np.ndarray, y: np.ndarray, stem: str, digest: str, options: SourceOptions,
-                  progress: bool) -> CorruptedDataset:
-    """Corrupt the clean ``x``/``y`` of an .npz once; cached by the file's content hash
-    ``digest``."""
-    out = cache_root(options) / "built" / f"{stem}-C-{digest[:12]}"
-    return build_corrupted(x, y, out, severities=options.severities, seed=0, progress=progress)
+                  progress: bool, recipe: str | None = None) -> CorruptedDataset:
+    """Corrupt the clean ``x``/``y`` of an .npz once with ``recipe`` (None: by image size);
+    cached by the file's content hash ``digest`` and a recipe other than the size's."""
+    by_size = RECIPE_SIZES.get(x.shape[1:3])
+    name = f"{stem}-C-{digest[:12]}" + ("" if recipe in (None, by_size) else f"-{recipe}")
+    return build_corrupted(x, y, cache_root(options) / "built" / name,
+                           severities=options.severities, seed=0, progress=progress, recipe=recipe)

@@ -287,7 +287,8 @@ def recipe_for(height: int, width: int) -> str:
     except KeyError:
         raise ValueError(
             f"no published corruption recipe for {height}x{width} images (CIFAR-10-C: 32x32, "
-            f"ImageNet-C: 224x224); pass recipe='cifar' or 'imagenet' to apply one anyway"
+            f"ImageNet-C: 224x224); give one to apply it anyway: recipe 'cifar' or 'imagenet' "
+            f"(recipe= in Python and in a grid's npz dataset, --recipe on the command line)"
         ) from None
 
 
