@@ -142,3 +142,13 @@ def test_a_warm_build_shows_no_progress_bar(tmp_path, capsys):
     assert "make-c" in capsys.readouterr().err
     build_corrupted(IMAGES, LABELS, tmp_path, ["contrast"], (1,), chunk_size=3)
     assert capsys.readouterr().err == ""
+
+
+def test_frost_textures_too_small_for_the_images_are_refused_before_any_work(tmp_path):
+    images = np.zeros((2, 64, 48, 3), np.uint8)
+    with pytest.raises(ValueError, match="cifar recipe are too small for 64x48 .* imagenet"):
+        build_corrupted(images, np.zeros(2, int), tmp_path / "c", recipe="cifar", progress=False)
+    assert not (tmp_path / "c").exists()
+    built = build_corrupted(images, np.zeros(2, int), tmp_path / "c", recipe="cifar",
+                            corruptions=["fog"], severities=[5], progress=False)
+    assert tuple(built.corruptions) == ("fog",)

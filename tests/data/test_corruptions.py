@@ -12,7 +12,9 @@ from PIL import Image
 from scipy import ndimage
 
 from dyntta.data import CORRUPTIONS, corrupt
-from dyntta.data.corruptions import PARAMS, recipe_for
+from dyntta.data.corruptions import (
+    FROST_RESIZE, PARAMS, RECIPES, frost_textures_fit, recipe_for)
+from dyntta.data.frost import load_textures
 from dyntta.data.frost import FILES, FROST_SHAPES, FROST_STATS, procedural_texture
 from tests.conftest import SHARED_DATA
 
@@ -178,6 +180,22 @@ def test_recipe_chosen_by_size_and_explicit_for_other_sizes():
         corrupt(x, "fog", 1)
     for name in CORRUPTIONS:
         assert corrupt(x, name, 2, seed=0, recipe="cifar").shape == x.shape
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("size", [(48, 48), (64, 48), (62, 111), (63, 40), (100, 100), (400, 400)])
+def test_frost_refuses_exactly_the_sizes_some_texture_cannot_crop(recipe, size):
+    photos = load_textures("procedural", FROST_RESIZE[recipe])
+    fits = all(p.shape[0] > size[0] and p.shape[1] > size[1] for p in photos)
+    x = np.full((1, *size, 3), 128, np.uint8)
+    if fits:
+        frost_textures_fit(*size, recipe)
+        assert corrupt(x, "frost", 5, seed=0, recipe=recipe).shape == x.shape
+    else:
+        with pytest.raises(ValueError, match=f"too small for {size[0]}x{size[1]} images"):
+            frost_textures_fit(*size, recipe)
+        with pytest.raises(ValueError, match="too small"):  # whichever texture the image draws
+            corrupt(x, "frost", 5, seed=0, recipe=recipe)
 
 
 @pytest.mark.parametrize(

@@ -201,15 +201,31 @@ def snow(x, c, rng, recipe):
     return _to_uint8(x + layer + np.rot90(layer, k=2, axes=(1, 2)))
 
 
+def frost_textures_fit(height: int, width: int, recipe: str, textures: str = "procedural") -> None:
+    """Raise unless every frost texture of ``recipe`` is larger than ``height`` x ``width``
+    images (each image takes a crop of a texture drawn at random, so a smaller one would fail
+    only on the images that draw it)."""
+    def smallest(name: str) -> tuple[int, int]:
+        photos = frost_source.load_textures(textures, FROST_RESIZE[name])
+        return min(p.shape[0] for p in photos), min(p.shape[1] for p in photos)
+
+    rows, columns = smallest(recipe)
+    if rows <= height or columns <= width:
+        fits = [r for r in RECIPES if all(n > m for n, m in zip(smallest(r), (height, width)))]
+        raise ValueError(
+            f"frost's textures with the {recipe} recipe are too small for {height}x{width} "
+            f"images (they crop images under {rows}x{columns}): "
+            + (f"use the {fits[0]} recipe, or " if fits else "") + "leave frost out")
+
+
 def frost(x, c, rng, recipe, textures: str = "procedural"):
     weight, texture_weight = c
     n, h, w = x.shape[:3]
+    frost_textures_fit(h, w, recipe, textures)
     photos = frost_source.load_textures(textures, FROST_RESIZE[recipe])
     out = np.empty(x.shape, dtype=np.float64)
     for i, index in enumerate(rng.integers(5, size=n)):  # the recipes draw randint(5): frost1..5
         photo = photos[index]
-        if photo.shape[0] <= h or photo.shape[1] <= w:
-            raise ValueError(f"frost texture {index + 1} of shape {photo.shape} is too small for {h}x{w} images")
         top, left = rng.integers(0, photo.shape[0] - h), rng.integers(0, photo.shape[1] - w)
         out[i] = weight * x[i] + texture_weight * photo[top : top + h, left : left + w]
     return np.clip(out, 0, 255).astype(np.uint8)
