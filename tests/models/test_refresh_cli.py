@@ -19,10 +19,10 @@ from tests.conftest import tiny_resnet
 
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
-    """12 random images (``clean.npz``), the tiny ResNet as a dyntta checkpoint (``tiny.pt``)
+    """12 random images (``clean.npz``, no labels: refreshing needs none), the tiny ResNet as a dyntta checkpoint (``tiny.pt``)
     and as a state dict (``state.pt``) of the factory ``usermodels:tiny``; the current folder."""
     images = np.random.default_rng(2).integers(0, 256, (12, 8, 8, 3), dtype=np.uint8)
-    np.savez(tmp_path / "clean.npz", x=images, y=np.zeros(12, dtype=np.int64))
+    np.savez(tmp_path / "clean.npz", x=images)
     save_checkpoint(tiny_resnet(), tmp_path / "tiny.pt")
     torch.save(tiny_resnet().state_dict(), tmp_path / "state.pt")
     (tmp_path / "usermodels.py").write_text(USER_MODULE)
@@ -88,3 +88,10 @@ def test_images_that_are_not_uint8_rgb_are_one_error_line(folder, capsys):
     err = capsys.readouterr().err
     assert err.startswith("dyntta refresh: error: floats.npz (x): expected uint8 images") and \
         len(err.splitlines()) == 1
+
+
+def test_an_npz_without_images_is_one_error_line_naming_the_array(folder, capsys):
+    np.savez("labels.npz", y=np.zeros(12, dtype=np.int64))
+    assert main(["refresh", "labels.npz", "--checkpoint", "tiny.pt", "--out", "out.pt"]) == 2
+    assert capsys.readouterr().err == \
+        "dyntta refresh: error: labels.npz: missing arrays ['x']; it holds ['y']\n"

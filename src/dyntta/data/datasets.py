@@ -251,28 +251,32 @@ def load_corrupted(root: str | os.PathLike, name: str) -> CorruptedDataset:
     return ImageFolderCorruptedDataset(directory)
 
 
-def load_npz(path: str | os.PathLike, what: str = "npz file") -> tuple[np.ndarray, np.ndarray]:
-    """The arrays ``x`` (images, (N, H, W, 3) uint8) and ``y`` (labels) of an .npz file; a
-    missing, unreadable or truncated file, a plain ``.npy`` or a missing array is an error naming
-    it (``what`` says what the file is for)."""
+def load_npz(path: str | os.PathLike, what: str = "npz file", labels: bool = True
+             ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The arrays ``x`` (images, (N, H, W, 3) uint8) and ``y`` (labels; with ``labels=False``
+    not needed and None) of an .npz file; a missing, unreadable or truncated file, a plain
+    ``.npy`` or a missing array is an error naming it (``what`` says what the file is for)."""
     path = Path(path)
+    names = ("x", "y") if labels else ("x",)
+    arrays = " and ".join(names)
+    saved = "numpy.savez(path, x=images, y=labels)" if labels else "numpy.savez(path, x=images)"
     if not path.is_file():
-        raise FileNotFoundError(f"{what} not found: {path} (expected an .npz with arrays x and y)")
+        raise FileNotFoundError(f"{what} not found: {path} (expected an .npz with arrays {arrays})")
     with open(path, "rb") as f:
         magic = f.read(6)
     if magic == b"\x93NUMPY":
-        raise ValueError(f"{path}: a single .npy array, not an .npz archive of x and y (write one "
-                         "with numpy.savez(path, x=images, y=labels))")
+        raise ValueError(f"{path}: a single .npy array, not an .npz archive of {arrays} (write "
+                         f"one with {saved})")
     if not magic.startswith(b"PK"):
         raise ValueError(f"{path}: not an .npz archive (no zip header: a text file or another "
-                         "format?); expected arrays x and y saved by numpy.savez")
+                         f"format?); expected arrays {arrays} saved by numpy.savez")
     try:
         with np.load(path, allow_pickle=False) as archive:
-            missing = {"x", "y"} - set(archive.files)
+            missing = set(names) - set(archive.files)
             if missing:
                 raise ValueError(f"{path}: missing arrays {sorted(missing)}; it holds "
                                  f"{archive.files}")
-            return archive["x"], archive["y"]
+            return archive["x"], archive["y"] if labels else None
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
         raise ValueError(f"{path}: a damaged or truncated .npz archive ({exc})") from None
     except ValueError as exc:

@@ -12,7 +12,7 @@ ROWS = {"all": slice(None), "even": slice(0, None, 2), "odd": slice(1, None, 2)}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("images", type=path, help="clean images of the deployment's pipeline: an .npz "
-                   "with x uint8 (N, H, W, 3) and y")
+                   "with x uint8 (N, H, W, 3) (labels, if any, are not read)")
     p.add_argument("--checkpoint", type=path, required=True, help="the model (as dyntta bench "
                    "reads it: a checkpoint of a known architecture, or with --model a state dict)")
     p.add_argument("--model", metavar="PACKAGE.MODULE:FUNCTION", help="your own model's factory "
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from dyntta.models.factory import build_from_factory
 
     check_writable(args.out)
-    images, _ = load_npz(args.images, "clean images")
+    images, _ = load_npz(args.images, "clean images", labels=False)
     check_images(images, f"{args.images} (x)")
     images = images[ROWS[args.rows]]
     if args.count is not None:
