@@ -3,6 +3,9 @@ batches' own over the given images, and nothing else in the model changes."""
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -65,10 +68,28 @@ def test_only_the_bn_layers_run_in_training_mode():
     (torch.rand(3, 8, 8), "float images (N, C, H, W) with N >= 1"),
     (torch.zeros(0, 3, 8, 8), "float images (N, C, H, W) with N >= 1"),
     (torch.zeros(2, 3, 8, 8, dtype=torch.uint8), "float images (N, C, H, W) with N >= 1"),
+    (torch.rand(2, 3, 8, 8) * 255, "values must lie in [0, 1]"),
+    (torch.full((2, 3, 8, 8), float("nan")), "NaN or Inf"),
+    (np.zeros((2, 8, 8, 3), np.uint8), "images as a torch.Tensor, got ndarray"),
 ])
 def test_bad_images_are_named(images, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        refresh_statistics(tiny_resnet(), images)
+    model = tiny_resnet()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        refresh_statistics(model, images)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_validate_false_takes_images_on_another_scale():
+    """A linear first layer sees 255 times the input: 255 times the mean, 255^2 the variance."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4))
+    images = random_images(4, seed=6)
+    refresh_statistics(net, images)
+    mean, var = net[1].running_mean.clone(), net[1].running_var.clone()
+    refresh_statistics(net, images * 255, validate=False)
+    torch.testing.assert_close(net[1].running_mean, mean * 255)
+    torch.testing.assert_close(net[1].running_var, var * 255**2)
 
 
 def test_models_without_running_statistics_are_refused():

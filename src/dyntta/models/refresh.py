@@ -7,8 +7,8 @@ from torch import nn
 
 
 @torch.no_grad()
-def refresh_statistics(model: nn.Module, images: torch.Tensor, batch_size: int = 100
-                       ) -> nn.Module:
+def refresh_statistics(model: nn.Module, images: torch.Tensor, batch_size: int = 100,
+                       validate: bool = True) -> nn.Module:
     """``model`` (changed in place, returned in eval mode) with the running statistics of every
     BatchNorm2d replaced by the average of those of the batches of ``images``: the mean of the
     batches' means and of their unbiased variances, as ``nn.BatchNorm2d`` with
@@ -22,14 +22,24 @@ def refresh_statistics(model: nn.Module, images: torch.Tensor, batch_size: int =
 
     Args:
         model: takes ``images`` as they are (e.g. a :class:`~dyntta.models.Normalized`).
-        images: (N, C, H, W) floats, N >= 1.
+        images: (N, C, H, W) floats, N >= 1, in [0, 1] as :func:`dyntta.adapt` takes them.
         batch_size: images per batch, >= 1 (the last batch may be smaller).
+        validate: check that the values are finite and in [0, 1] (as ``dyntta.adapt``'s
+            ``validate``: 0-255 images would give statistics of nothing the model meets).
     """
+    from dyntta.methods.base import check_values
+
+    if not isinstance(images, torch.Tensor):
+        raise ValueError(f"refresh_statistics needs images as a torch.Tensor, got "
+                         f"{type(images).__name__} (uint8 (N, H, W, 3) arrays: "
+                         "torch.from_numpy(x).permute(0, 3, 1, 2).float() / 255)")
     if images.ndim != 4 or not images.is_floating_point() or len(images) == 0:
         raise ValueError(f"refresh_statistics needs float images (N, C, H, W) with N >= 1, got "
                          f"{images.dtype} of shape {tuple(images.shape)}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if validate:
+        check_values(images)
     layers = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
     if not layers:
         raise ValueError("refresh_statistics: the model has no BatchNorm2d layer")
