@@ -4,6 +4,7 @@ that loads as the model did (a dyntta checkpoint, or a state dict for a factory'
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 
@@ -11,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from dyntta.bench import sources
 from dyntta.cli import main
+from dyntta.data.digits import load_digits_split
 from dyntta.models import load_checkpoint, refresh_statistics, save_checkpoint
 from dyntta.models.factory import build_from_factory
 from tests.bench.helpers import USER_MODULE
@@ -95,3 +98,67 @@ def test_an_npz_without_images_is_one_error_line_naming_the_array(folder, capsys
     assert main(["refresh", "labels.npz", "--checkpoint", "tiny.pt", "--out", "out.pt"]) == 2
     assert capsys.readouterr().err == \
         "dyntta refresh: error: labels.npz: missing arrays ['x']; it holds ['y']\n"
+
+
+@pytest.fixture
+def digits(tmp_path, monkeypatch):
+    """The digits test split (``digits.npz``), the shipped digits ResNet-20 (``model.pt``) and
+    the same with stale statistics (``stale.pt``: every running variance 25 times too large, as
+    if estimated on images of five times the contrast); the current folder."""
+    _, _, x, y = load_digits_split()
+    np.savez(tmp_path / "digits.npz", x=x, y=y)
+    model = load_checkpoint(Path(sources.__file__).parent / sources.DIGITS_MODEL)
+    save_checkpoint(model, tmp_path / "model.pt")
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_var *= 25
+    save_checkpoint(model, tmp_path / "stale.pt")
+    monkeypatch.chdir(tmp_path)
+    return x, y
+
+
+def tbn_accuracy(model, x, y, batch_size, seed=0) -> float:
+    """An independent reading of TBN: the model's BN layers in training mode (batch
+    statistics), batches of the seed's permutation of the rows."""
+    model = copy.deepcopy(model)
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.train()
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed)).numpy()
+    hits = 0
+    with torch.no_grad():
+        for start in range(0, len(y), batch_size):
+            rows = order[start : start + batch_size]
+            hits += int((model(as_floats(x[rows])).argmax(1) == torch.from_numpy(y[rows])).sum())
+    return 100 * hits / len(y)
+
+
+def test_check_reads_stale_statistics_and_a_refresh_mends_them(digits, capsys):
+    x, y = digits
+    lines = {}
+    for name in ("model", "stale", "refreshed"):
+        if name == "refreshed":
+            assert main(["refresh", "digits.npz", "--checkpoint", "stale.pt", "--out",
+                         "refreshed.pt"]) == 0
+            capsys.readouterr()
+        assert main(["refresh", "digits.npz", "--checkpoint", f"{name}.pt", "--check",
+                     "--batch-size", "64"]) == 0
+        lines[name] = capsys.readouterr().out
+        model = load_checkpoint(f"{name}.pt")
+        with torch.no_grad():
+            source = 100 * float((model(as_floats(x)).argmax(1) == torch.from_numpy(y)).float()
+                                 .mean())
+        assert f"its own BN statistics {source:.1f}%" in lines[name]
+        assert f"(TBN, batches of 64) {tbn_accuracy(model, x, y, 64):.1f}%" in lines[name]
+    assert lines["stale"].rstrip().endswith("refresh them (without --check)")
+    for name in ("model", "refreshed"):
+        assert lines[name].rstrip().endswith("as well as each batch's own or better")
+    assert sorted(p.name for p in Path().iterdir() if p.suffix == ".pt") == \
+        ["model.pt", "refreshed.pt", "stale.pt"]  # --check wrote nothing
+
+
+def test_check_needs_labels_and_refreshing_needs_an_out(folder, capsys):
+    assert main(["refresh", "clean.npz", "--checkpoint", "tiny.pt", "--check"]) == 2
+    assert "missing arrays ['y']" in capsys.readouterr().err
+    assert main(["refresh", "clean.npz", "--checkpoint", "tiny.pt"]) == 2
+    assert "give --out (the checkpoint to write) or --check" in capsys.readouterr().err

@@ -3,7 +3,7 @@ AugMix's ResNeXt), checkpoint loading and BN statistics re-estimated on clean im
 
 from dyntta.models.checkpoint import infer_spec, load_checkpoint, save_checkpoint
 from dyntta.models.normalized import Normalized
-from dyntta.models.refresh import refresh_statistics
+from dyntta.models.refresh import refresh_statistics, statistics_hits
 from dyntta.models.resnet import ResNet, ResNetSpec
 from dyntta.models.resnext import CifarResNeXt, ResNeXtSpec
 from dyntta.models.wide_resnet import WideResNet, WideResNetSpec
@@ -24,4 +24,5 @@ __all__ = [
     "load_checkpoint",
     "refresh_statistics",
     "save_checkpoint",
+    "statistics_hits",
 ]

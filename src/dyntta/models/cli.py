@@ -1,5 +1,6 @@
 """``dyntta refresh``: a model's BN statistics re-estimated on clean images, written as a new
-checkpoint (:func:`~dyntta.models.refresh_statistics`)."""
+checkpoint (:func:`~dyntta.models.refresh_statistics`); with ``--check``, whether they need it
+(:func:`~dyntta.models.refresh.statistics_hits`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ ROWS = {"all": slice(None), "even": slice(0, None, 2), "odd": slice(1, None, 2)}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("images", type=path, help="clean images of the deployment's pipeline: an .npz "
-                   "with x uint8 (N, H, W, 3) (labels, if any, are not read)")
+                   "with x uint8 (N, H, W, 3) (and labels y for --check)")
     p.add_argument("--checkpoint", type=path, required=True, help="the model (as dyntta bench "
                    "reads it: a checkpoint of a known architecture, or with --model a state dict)")
     p.add_argument("--model", metavar="PACKAGE.MODULE:FUNCTION", help="your own model's factory "
@@ -23,31 +24,50 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a random N of those rows, drawn by --seed (default: all)")
     p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--batch-size", type=positive_int, default=100)
-    p.add_argument("--out", type=path, required=True, help="the checkpoint to write")
+    p.add_argument("--out", type=path, help="the checkpoint to write (needed unless --check)")
+    p.add_argument("--check", action="store_true", help="write nothing: compare the model's "
+                   "accuracy on the labelled images with its own BN statistics and with each "
+                   "batch's (TBN), in batches of --batch-size of rows in the order --seed draws, "
+                   "to see whether they need a refresh")
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
     from dyntta.atomic import atomic_path, check_writable
-    from dyntta.data.datasets import check_images, load_npz, to_tensor
+    import numpy as np
+
+    from dyntta.data.datasets import check_images, check_labels, load_npz, to_tensor
     from dyntta.models import load_checkpoint, refresh_statistics, save_checkpoint
     from dyntta.models.factory import build_from_factory
+    from dyntta.models import statistics_hits
 
-    check_writable(args.out)
-    images, _ = load_npz(args.images, "clean images", labels=False)
+    if args.out is None and not args.check:
+        raise ValueError("give --out (the checkpoint to write) or --check")
+    if args.out is not None:
+        check_writable(args.out)
+    images, labels = load_npz(args.images, "clean images", labels=args.check)
     check_images(images, f"{args.images} (x)")
-    images = images[ROWS[args.rows]]
+    rows = np.arange(len(images))[ROWS[args.rows]]
+    if args.check and args.count is None:  # batches of mixed rows, whatever the file's order
+        args.count = len(rows)
     if args.count is not None:
-        if args.count > len(images):
+        if args.count > len(rows):
             raise ValueError(f"--images {args.count}: the {args.rows} rows of {args.images} "
-                             f"hold {len(images)}")
-        draw = torch.randperm(len(images), generator=torch.Generator().manual_seed(args.seed))
-        images = images[draw[: args.count].numpy()]
+                             f"hold {len(rows)}")
+        draw = torch.randperm(len(rows), generator=torch.Generator().manual_seed(args.seed))
+        rows = rows[draw[: args.count].numpy()]
+    images = images[rows]
     if args.model:
         model = build_from_factory(args.model, args.checkpoint)
     else:
         model = load_checkpoint(args.checkpoint)
+    if args.check:
+        check_labels(labels, f"{args.images} (y)")
+        print(verdict(statistics_hits(model, to_tensor(images),
+                                      torch.from_numpy(labels[rows]).long(), args.batch_size),
+                      f"{len(images)} {args.rows} rows of {args.images}", args.batch_size))
+        return 0
     refresh_statistics(model, to_tensor(images), args.batch_size)
     if args.model:
         with atomic_path(args.out) as tmp:
@@ -56,3 +76,20 @@ def run(args: argparse.Namespace) -> int:
         save_checkpoint(model, args.out)
     print(f"{args.out}: BN statistics of {len(images)} images ({args.rows} rows of {args.images})")
     return 0
+
+
+def verdict(hits: tuple[list[int], list[int], list[int]], images: str, batch_size: int) -> str:
+    """One line from :func:`~dyntta.models.refresh.statistics_hits`: both accuracies, their
+    difference with its paired 95% interval over the batches, and what it says."""
+    from dyntta.bench.stats import difference_interval
+
+    source, tbn, counts = hits
+    low, high = difference_interval(([source], [counts]), ([tbn], [counts]))
+    accuracy = [100 * sum(h) / sum(counts) for h in (source, tbn)]
+    if high < 0:
+        say = "its BN statistics do not describe these images: refresh them (without --check)"
+    else:
+        say = "its BN statistics describe these images as well as each batch's own or better"
+    return (f"{images}: its own BN statistics {accuracy[0]:.1f}%, each batch's (TBN, batches of "
+            f"{batch_size}) {accuracy[1]:.1f}%; difference {accuracy[0] - accuracy[1]:+.1f} "
+            f"[{100 * low:+.1f}, {100 * high:+.1f}] (paired 95% interval over the batches): {say}")

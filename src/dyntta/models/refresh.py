@@ -60,3 +60,28 @@ def refresh_statistics(model: nn.Module, images: torch.Tensor, batch_size: int =
             m.momentum = momentum
         model.eval()
     return model
+
+
+def statistics_hits(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                    batch_size: int = 100) -> tuple[list[int], list[int], list[int]]:
+    """Whether ``model``'s BN statistics describe clean ``images``: per batch of ``batch_size``
+    (in order), the correct predictions with the model's own statistics (the source model) and
+    with each batch's own (TBN), and the batch's size. Where the source scores clearly below TBN,
+    the statistics are stale for these images (:func:`refresh_statistics` them); the model is
+    not changed.
+
+    Args:
+        images: as :func:`refresh_statistics` takes them; labels: (N,) class indices.
+    """
+    import dyntta
+
+    if len(labels) != len(images):
+        raise ValueError(f"{len(images)} images but {len(labels)} labels")
+    source, tbn = dyntta.adapt(model, "source"), dyntta.adapt(model, "tbn")
+    hits: tuple[list[int], list[int], list[int]] = ([], [], [])
+    for start in range(0, len(images), batch_size):
+        x, y = images[start : start + batch_size], labels[start : start + batch_size]
+        for method, counts in zip((source, tbn), hits):
+            counts.append(int((method(x).argmax(1) == y).sum()))
+        hits[2].append(len(y))
+    return hits
