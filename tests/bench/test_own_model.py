@@ -5,6 +5,7 @@ weights give through dyntta's own checkpoint format; what the bench refuses, one
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -87,6 +88,27 @@ def test_factory_and_model_object_give_the_records_of_the_zoo_checkpoint(folder)
                                 "checkpoint": "state.pt"}]}
     run = dyntta.bench.run(grid_field, out="field", cache_dir="cache")
     assert outcome(run.records) == outcome(zoo_records)
+
+
+def test_an_analysis_of_a_factorys_model_on_the_npz_a_bench_built(folder):
+    """``dyntta analyze --model`` takes the user's factory as ``bench`` does, on the same data,
+    and the two share the cache although a bench builds one severity and an analysis all five:
+    its results equal those of the zoo checkpoint of the same weights."""
+    bench = run_dyntta("bench", "--config", "grid.toml", "--no-progress", "--cache-dir",
+                       "cache", "--model", "usermodels:tiny", "--checkpoint", "state.pt",
+                       "--methods", "tbn", "--out", "run", cwd=folder)
+    assert bench.returncode == 0, bench.stderr
+    analyze = ["analyze", "alpha-sweep", "--dataset", "npz", "--dataset-path", "clean.npz",
+               "--cache-dir", "cache", "--n-samples", "8", "--alphas", "0", "0.8",
+               "--no-progress"]
+    for model, out in ((["--model", "usermodels:tiny", "--checkpoint", "state.pt"], "own"),
+                       (["--checkpoint", "tiny.pt"], "zoo")):
+        done = run_dyntta(*analyze, *model, "--out", out, cwd=folder)
+        assert done.returncode == 0, done.stderr
+    rows = [[{k: v for k, v in row.items() if k != "model"} for row in
+             map(json.loads, (folder / out / "alpha-sweep.jsonl").read_text().splitlines())]
+            for out in ("own", "zoo")]
+    assert rows[0] == rows[1] and len(rows[0]) >= 2
 
 
 BAD_MODELS = {

@@ -18,6 +18,10 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", type=path, help="folder that relative dataset/checkpoint paths start from "
                    "(default: the current folder)")
     p.add_argument("--checkpoint", type=path, help="source model for every dataset (overrides the grid's)")
+    p.add_argument("--model", metavar="PACKAGE.MODULE:FUNCTION", help="source model for every "
+                   "dataset, built by your own function (or class) returning an nn.Module that "
+                   "maps images in [0, 1] to logits; --checkpoint is then a state dict loaded "
+                   "into it (the current folder is importable)")
     p.add_argument("--cache-dir", type=path, help="where built data and trained models are cached "
                    "(default $DYNTTA_CACHE or ~/.cache/dyntta)")
 
@@ -39,7 +43,7 @@ def check_recipe(args: argparse.Namespace) -> None:
 def source_options(args: argparse.Namespace):
     from dyntta.bench.sources import SourceOptions
 
-    return SourceOptions(args.data_dir, args.cache_dir, args.checkpoint)
+    return SourceOptions(args.data_dir, args.cache_dir, args.checkpoint, model=args.model)
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,10 +62,6 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    "with the embedded grid, every row of it is used unless stream.n_samples is set")
     add_dataset_path_arguments(p)
     add_source_arguments(p)
-    p.add_argument("--model", metavar="PACKAGE.MODULE:FUNCTION", help="source model for every "
-                   "dataset, built by your own function (or class) returning an nn.Module that "
-                   "maps images in [0, 1] to logits; --checkpoint is then a state dict loaded "
-                   "into it (the current folder is importable)")
     p.add_argument("--compile", action="store_true", help="torch.compile the networks of the "
                    "backward-free methods (fine-tuning methods run eagerly); wall times include "
                    "the compilation; --set 'compile={backend=\"aot_eager\"}' instead passes "

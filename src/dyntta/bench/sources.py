@@ -249,8 +249,11 @@ def file_sha256(path: Path) -> str:
 def corrupted_npz(x: np.ndarray, y: np.ndarray, stem: str, digest: str, options: SourceOptions,
                   progress: bool, recipe: str | None = None) -> CorruptedDataset:
     """Corrupt the clean ``x``/``y`` of an .npz once with ``recipe`` (None: by image size);
-    cached by the file's content hash ``digest`` and a recipe other than the size's."""
+    cached by the file's content hash ``digest``, the severities (a bench builds its grid's one,
+    an analysis all five: as for the digits) and a recipe other than the size's."""
     by_size = RECIPE_SIZES.get(x.shape[1:3])
-    name = f"{stem}-C-{digest[:12]}" + ("" if recipe in (None, by_size) else f"-{recipe}")
+    severities = "".join(map(str, sorted(set(options.severities))))
+    name = f"{stem}-C-{digest[:12]}-s{severities}" + \
+        ("" if recipe in (None, by_size) else f"-{recipe}")
     return build_corrupted(x, y, cache_root(options) / "built" / name,
                            severities=options.severities, seed=0, progress=progress, recipe=recipe)
