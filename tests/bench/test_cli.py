@@ -12,7 +12,7 @@ from dyntta.bench.config import DatasetEntry
 from dyntta.bench.results import read_results
 from dyntta.bench.sources import SourceOptions, resolve_source
 from dyntta.cli import main
-from dyntta.data import NpyCorruptedDataset, build_corrupted
+from dyntta.data import CORRUPTIONS, NpyCorruptedDataset, build_corrupted
 from dyntta.models import load_checkpoint, save_checkpoint
 from tests.conftest import tiny_resnet
 
@@ -45,6 +45,9 @@ def test_bench_then_report_on_a_built_npz_set(npz_and_checkpoint, capsys):
     records = read_results(d / "run" / "results.jsonl")
     assert sorted(r["config"]["method"] for r in records) == ["dyn", "source"]
     assert all(r["n_samples"] == 72 for r in records)  # 24 images x 3 domains
+    [built] = (d / "cache" / "built").iterdir()  # only what the streams read: 3 domains
+    assert sorted(p.name for p in built.glob("*.npy")) == sorted(
+        [f"{c}.npy" for c in CORRUPTIONS[:3]] + ["labels.npy"])
     assert (d / "run" / "table.md").is_file() and (d / "run" / "accuracy_per_domain.png").is_file()
     assert main(args) == 0  # resumed: nothing left to run, same records
     assert len(read_results(d / "run" / "results.jsonl")) == 2

@@ -256,7 +256,9 @@ def run_unfinished(grid: Grid, results: Path, options: SourceOptions, workers: i
                    progress: bool, resolver: Resolver, executor: Executor | None) -> set[str]:
     """Run the cells of ``grid`` without a record in ``results`` (which the caller holds);
     return the keys of all its cells, bound to their sources (:func:`bind`)."""
-    options = dataclasses.replace(options, severities=(grid.severity,))
+    # build only what the streams read: the grid's severity, its first domains
+    options = dataclasses.replace(options, severities=(grid.severity,),
+                                  domains=max(c.n_domains for c in grid.cells()))
     if executor is None:
         executor = make_executor(grid.executor, workers, results.parent / "slurm",
                                  cache_root(options))

@@ -13,8 +13,8 @@ Dataset kinds (``DatasetEntry.name``):
 - ``imagenet-c``: ImageNet-C's folder layout (``<path>/<corruption>/<severity>/<wnid>/*.JPEG``).
   Needs a model.
 - ``npz``: a clean test set in an ``.npz`` (``x`` uint8 (N, H, W, 3), ``y`` labels), corrupted
-  here once (the severities asked for, with the entry's ``recipe`` or the one of its image size)
-  and cached (e.g. ``../shared/data/cifar10-test-jpeg.npz``). Needs a model.
+  here once (the severities and domains asked for, with the entry's ``recipe`` or the one of its
+  image size) and cached (e.g. ``../shared/data/cifar10-test-jpeg.npz``). Needs a model.
 
 Relative paths are resolved against ``--data-dir`` (default: the current folder); caches live in ``--cache-dir`` (default
 ``$DYNTTA_CACHE`` or ``~/.cache/dyntta``).
@@ -33,6 +33,7 @@ from torch import nn
 
 from dyntta.bench.config import DatasetEntry
 from dyntta.data import (
+    CORRUPTIONS,
     SEVERITIES,
     CorruptedDataset,
     build_corrupted,
@@ -61,13 +62,15 @@ defaults: ResNet-20, 15 epochs, seed 0; see the README for its sha256)."""
 class SourceOptions:
     """Where files are: ``data_dir`` for relative paths, ``cache_dir`` for what is built here;
     ``checkpoint`` and ``model`` (a factory's import path, ``package.module:function``) to
-    override every dataset's model; ``severities`` that sets built here need."""
+    override every dataset's model; the ``severities`` and the first ``domains`` corruptions (of
+    :data:`~dyntta.data.CORRUPTIONS`, the streams' order) that sets built here need."""
 
     data_dir: str | None = None
     cache_dir: str | None = None
     checkpoint: str | None = None
     severities: tuple[int, ...] = SEVERITIES
     model: str | None = None
+    domains: int = len(CORRUPTIONS)
 
 
 @dataclasses.dataclass
@@ -163,7 +166,8 @@ def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, mo
     what = f"dataset {entry.name!r} with model {identity['model_name']}"
     data_sha256 = None
     if entry.name == "digits":
-        dataset = load_digits_c(cache_root(options), severities=options.severities,
+        dataset = load_digits_c(cache_root(options), CORRUPTIONS[: options.domains],
+                                severities=options.severities,
                                 progress=progress)
     elif entry.name == "npz":
         if entry.path is None:
@@ -256,4 +260,5 @@ def corrupted_npz(x: np.ndarray, y: np.ndarray, stem: str, digest: str, options:
     name = f"{stem}-C-{digest[:12]}-s{severities}" + \
         ("" if recipe in (None, by_size) else f"-{recipe}")
     return build_corrupted(x, y, cache_root(options) / "built" / name,
-                           severities=options.severities, seed=0, progress=progress, recipe=recipe)
+                           CORRUPTIONS[: options.domains], options.severities, seed=0,
+                           progress=progress, recipe=recipe)
