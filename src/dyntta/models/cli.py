@@ -32,15 +32,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import numpy as np
     import torch
 
     from dyntta.atomic import atomic_path, check_writable
-    import numpy as np
-
     from dyntta.data.datasets import check_images, check_labels, load_npz, to_tensor
-    from dyntta.models import load_checkpoint, refresh_statistics, save_checkpoint
+    from dyntta.models import load_checkpoint, refresh_statistics, save_checkpoint, statistics_hits
     from dyntta.models.factory import build_from_factory
-    from dyntta.models import statistics_hits
 
     if args.out is None and not args.check:
         raise ValueError("give --out (the checkpoint to write) or --check")
@@ -48,22 +46,23 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.out)
     images, labels = load_npz(args.images, "clean images", labels=args.check)
     check_images(images, f"{args.images} (x)")
+    if args.check:
+        check_labels(labels, f"{args.images} (y)")
     rows = np.arange(len(images))[ROWS[args.rows]]
-    if args.check and args.count is None:  # batches of mixed rows, whatever the file's order
-        args.count = len(rows)
-    if args.count is not None:
-        if args.count > len(rows):
-            raise ValueError(f"--images {args.count}: the {args.rows} rows of {args.images} "
+    # --check draws all the rows by default: batches of mixed rows, whatever the file's order
+    count = len(rows) if args.check and args.count is None else args.count
+    if count is not None:
+        if count > len(rows):
+            raise ValueError(f"--images {count}: the {args.rows} rows of {args.images} "
                              f"hold {len(rows)}")
         draw = torch.randperm(len(rows), generator=torch.Generator().manual_seed(args.seed))
-        rows = rows[draw[: args.count].numpy()]
+        rows = rows[draw[:count].numpy()]
     images = images[rows]
     if args.model:
         model = build_from_factory(args.model, args.checkpoint)
     else:
         model = load_checkpoint(args.checkpoint)
     if args.check:
-        check_labels(labels, f"{args.images} (y)")
         print(verdict(statistics_hits(model, to_tensor(images),
                                       torch.from_numpy(labels[rows]).long(), args.batch_size),
                       f"{len(images)} {args.rows} rows of {args.images}", args.batch_size))
