@@ -258,7 +258,7 @@ def run_unfinished(grid: Grid, results: Path, options: SourceOptions, workers: i
     return the keys of all its cells, bound to their sources (:func:`bind`)."""
     # build only what the streams read: the grid's severity, its first domains
     options = dataclasses.replace(options, severities=(grid.severity,),
-                                  domains=max(c.n_domains for c in grid.cells()))
+                                  domains=max(grid.n_domains))
     if executor is None:
         executor = make_executor(grid.executor, workers, results.parent / "slurm",
                                  cache_root(options))
