@@ -136,6 +136,8 @@ def write_more_inputs(d: Path) -> None:
     y = rng.integers(0, 3, 24)
     y[5] = 1_000_000
     np.savez(d / "stray.npz", x=rng.integers(0, 256, (24, 32, 32, 3), dtype=np.uint8), y=y)
+    np.savez(d / "more-labels.npz", x=rng.integers(0, 256, (10, 8, 8, 3), dtype=np.uint8),
+             y=rng.integers(0, 3, 14))
     save_checkpoint(tiny_resnet(num_classes=100), d / "tiny100.pt")
     save_checkpoint(tiny_resnet(num_classes=10), d / "tiny10.pt")
     state = tiny_resnet().net.state_dict()
@@ -239,6 +241,9 @@ CASES = {
                           "not an .npz archive"),
     "make-c-text-as-npz": (["make-c", "text.npz", "t3"], "text.npz: not an .npz archive (no "
                            "zip header"),
+    # labels that silently paired with other images
+    "refresh-check-more-labels": (["refresh", "more-labels.npz", "--checkpoint", "tiny.pt",
+                                   "--check"], "more-labels.npz: 10 images (x) but 14 labels (y)"),
     "checkpoint-int-keys": ([*BENCH, "--out", "o10", "--checkpoint", "intkeys.pt"],
                             "intkeys.pt: state dict keys must be parameter names, got 0"),
     "checkpoint-no-block-0": ([*BENCH, "--out", "o11", "--checkpoint", "noblock0.pt"],

@@ -255,7 +255,8 @@ def load_npz(path: str | os.PathLike, what: str = "npz file", labels: bool = Tru
              ) -> tuple[np.ndarray, np.ndarray | None]:
     """The arrays ``x`` (images, (N, H, W, 3) uint8) and ``y`` (labels; with ``labels=False``
     not needed and None) of an .npz file; a missing, unreadable or truncated file, a plain
-    ``.npy`` or a missing array is an error naming it (``what`` says what the file is for)."""
+    ``.npy``, a missing array or labels not one per image is an error naming it (``what`` says
+    what the file is for)."""
     path = Path(path)
     names = ("x", "y") if labels else ("x",)
     arrays = " and ".join(names)
@@ -276,13 +277,16 @@ def load_npz(path: str | os.PathLike, what: str = "npz file", labels: bool = Tru
             if missing:
                 raise ValueError(f"{path}: missing arrays {sorted(missing)}; it holds "
                                  f"{archive.files}")
-            return archive["x"], archive["y"] if labels else None
+            x, y = archive["x"], archive["y"] if labels else None
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
         raise ValueError(f"{path}: a damaged or truncated .npz archive ({exc})") from None
     except ValueError as exc:
         if str(exc).startswith(str(path)):
             raise
         raise ValueError(f"{path}: a damaged or truncated .npz archive ({exc})") from None
+    if y is not None and x.ndim and y.ndim and len(x) != len(y):  # else its checks name it
+        raise ValueError(f"{path}: {len(x)} images (x) but {len(y)} labels (y)")
+    return x, y
 
 
 def check_labels(labels: np.ndarray, what: str, num_classes: int | None = None) -> None:
