@@ -147,13 +147,14 @@ def test_the_layers_are_those_of_the_config():
     assert {m.instance for m in layers(method)} == {(3.0, 1.5), None}
     for adapted in (method, deepcopy(method)):
         match = adapted._match
-        balance = next(m.keep for m in layers(adapted) if isinstance(m, PooledNorm2d))
+        balance = adapted._balance
         assert isinstance(match, WindowMatch) and isinstance(balance, ClassBalance)
         # the signatures of the last max(deep_window, shallow_window, 32) images
         assert (match.memory, match.pool, match.quantile) == (40, 8, 0.2)
         assert (balance.memory, balance.per_class, balance.within) == (24, 6, match)
-        assert all(m.keep is balance and m.window == 24 for m in layers(adapted)
-                   if isinstance(m, PooledNorm2d))
+        pooled = [m for m in layers(adapted) if isinstance(m, PooledNorm2d)]
+        # one set of filter weights for every pooling layer, computed once per batch
+        assert all(m.window == 24 and m.pool_weight is pooled[0].pool_weight for m in pooled)
 
 
 def test_windows_fill_to_their_sizes_and_reset_empties_them():
@@ -307,7 +308,10 @@ def test_pooling_layers_group_each_image_with_the_spectrally_nearest_rows_they_k
         probe.before_forward(x)
         deep = [m for m in layers(probe) if isinstance(m, PooledNorm2d)]
         n_window = min(20 - 8, start)
-        kept = deep[0].kept(n_window, 8, x) > 0
+        kept = torch.ones(n_window + 8, dtype=torch.bool)
+        if n_window:
+            kept[:n_window] = probe._balance.keep(n_window, 8)
+        assert all(torch.equal(m.pool_weight > 0, kept) for m in deep)
         pool = log_band_power(images[start - n_window : start + 8])
         distance = ((pool[-8:, None] - pool[None]) ** 2).sum(-1).sqrt()
         distance[:, ~kept] = float("inf")

@@ -210,11 +210,16 @@ def test_pooled_layer_leaves_out_the_rows_its_filter_drops():
 
     bn = source_bn().double()
     x = mixed_batch(b=12)
-    layer = PooledNorm2d(bn, 8, 0.5, keep=Every()).double()
+    layer = PooledNorm2d(bn, 8, 0.5).double()
     layer(x[:8])
     plain = PooledNorm2d(bn, 0, 0.5).double()
     kept = torch.cat([x[3:8][torch.arange(5) % 2 == 0], x[8:11]])  # 5 remembered, 3 new
+    layer.pool_weight = layer.filter_weights(Every(), 3)
+    assert layer.pool_weight.dtype == torch.float64
     torch.testing.assert_close(layer(x[8:11]), plain(kept)[-3:])
+    # weights set for another batch size are refused, not read against the wrong rows
+    with pytest.raises(ValueError, match="pool_weight has 8 rows; the pool of this batch has 9"):
+        layer(x[:9])
 
 
 def test_fused_normalisation_matches_the_broadcast_one():

@@ -98,10 +98,13 @@ def test_a_deep_layer_keeps_the_most_recent_sample_of_each_class_only():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(9, 3, 4, 4, generator=g, dtype=torch.float64)
     balance = ClassBalance(memory=6, per_class=1)
-    deep = PooledNorm2d(random_bn(3).double(), 6, 0.5, keep=balance)
+    deep = PooledNorm2d(random_bn(3).double(), 9, 0.5)  # a batch of 3 and 6 remembered
     for batch, classes in ((x[:3], [0, 0, 1]), (x[3:6], [1, 0, 2])):
+        deep.pool_weight = deep.filter_weights(balance, 3)
         deep(batch)
         balance.record(torch.tensor(classes), 3)
     # remembered x[0..5] of classes 0 0 1 1 0 2: kept x[3] (1), x[4] (0), x[5] (2)
+    deep.pool_weight = deep.filter_weights(balance, 3)
+    assert deep.pool_weight.tolist() == [0, 0, 0, 1, 1, 1, 1, 1, 1]
     alone = PooledNorm2d(random_bn(3).double(), 0, 0.5)
     torch.testing.assert_close(deep(x[6:]), alone(x[3:])[3:])

@@ -94,13 +94,14 @@ def domain_signatures(direction: int, seed: int, b: int = 4, d: int = 3) -> torc
 
 def test_a_deep_layer_drops_window_samples_of_another_domain():
     match = WindowMatch(memory=12, pool=4, quantile=0.1)
-    deep = PooledNorm2d(random_bn(3, seed=1).double(), 12, 0.5, keep=match)
+    deep = PooledNorm2d(random_bn(3, seed=1).double(), 12, 0.5)
     windowless = PooledNorm2d(random_bn(3, seed=1).double(), 0, 0.5)
     unmatched = PooledNorm2d(random_bn(3, seed=1).double(), 12, 0.5)
     g = torch.Generator().manual_seed(0)
     for direction in (0, 0, 1):
         match.observe(domain_signatures(direction, seed=direction))
         x = torch.randn(4, 3, 5, 5, generator=g, dtype=torch.float64)
+        deep.pool_weight = deep.filter_weights(match, 4)
         out, plain, other = deep(x), windowless(x), unmatched(x)
     # the last batch is of another domain: the 8 remembered samples go, the batch stays alone
     assert torch.equal(out, plain)

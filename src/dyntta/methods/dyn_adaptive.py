@@ -207,7 +207,7 @@ class DYNAdaptive(NormalizationMethod):
             instance = (c.instance_k, c.instance_spread) \
                 if applies_instance_rule(i, sizes) else None
             if pools(i, sizes):
-                layer = PooledNorm2d(bn, c.deep_window, FIRST_WEIGHT, instance, self._balance)
+                layer = PooledNorm2d(bn, c.deep_window, FIRST_WEIGHT, instance)
             else:
                 layer = NeighbourhoodNorm2d(bn, c.shallow_window, c.neighbours,
                                             c.prior_strength, instance)
@@ -270,32 +270,32 @@ class DYNAdaptive(NormalizationMethod):
         pool = recent[-max(self.config.shallow_window, b) :]
         return rows, nearest_spectra(pool, MIN_IMAGES, b)
 
-    def deep_groups(self, batch_size: int) -> torch.Tensor | None:
+    def deep_groups(self, weight: torch.Tensor, batch_size: int) -> torch.Tensor:
         """Each image's group in the pooling layers on a batch not of one domain: (B, K) indices
-        into their pool (the batch after the remembered samples that top it up) of the
-        ``window`` rows they keep whose spectral signatures are nearest its own
-        (:func:`~dyntta.norm.spectrum.nearest_spectra`); None without pooling layers."""
-        deep = next((m for m in self.layers() if isinstance(m, PooledNorm2d)), None)
-        if deep is None:
-            return None
-        n_window = deep.n_window(batch_size)
-        pool = self._match.current[self._match.current.shape[0] - n_window - batch_size :]
-        kept = deep.kept(n_window, batch_size, pool) > 0
-        return nearest_spectra(pool, self.config.window, batch_size, kept)
+        into their pool (the batch after the remembered samples that top it up; ``weight``,
+        their ``pool_weight``, says which rows they keep) of the ``window`` kept rows whose
+        spectral signatures are nearest its own
+        (:func:`~dyntta.norm.spectrum.nearest_spectra`)."""
+        pool = self._match.current[self._match.current.shape[0] - weight.shape[0] :]
+        return nearest_spectra(pool, self.config.window, batch_size, weight > 0)
 
     def before_forward(self, x: torch.Tensor) -> None:
         """The roles (first batch), then what the batch's spectra say, into the filter and the
-        layers (the one-domain decision, each image's candidates in the neighbourhood layers
-        or its group in the pooling layers), and the deep source weight."""
+        layers (the one-domain decision, each image's candidates in the neighbourhood layers;
+        the rows the pooling layers keep and, on a mixed batch, each image's group there), and
+        the deep source weight: computed once per batch for all the layers."""
         if self._placeholders:
             self.assign_roles(x)
         self._match.observe(log_band_power(x.detach().float()))
-        rows, candidates = self.read_spectra(x.shape[0])
-        groups = None if rows else self.deep_groups(x.shape[0])
+        b = x.shape[0]
+        rows, candidates = self.read_spectra(b)
+        deep = next((m for m in self.layers() if isinstance(m, PooledNorm2d)), None)
+        weight = None if deep is None else deep.filter_weights(self._balance, b)
+        groups = None if rows or deep is None else self.deep_groups(weight, b)
         for m in self.layers():
             if isinstance(m, PooledNorm2d):
                 m.source_weight.copy_(self.deep_source_weight)
-                m.candidates = groups
+                m.pool_weight, m.candidates = weight, groups
             else:
                 m.domain_rows.fill_(rows)
                 m.candidates = candidates

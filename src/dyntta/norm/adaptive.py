@@ -8,7 +8,7 @@ with the instance statistics of the samples seen just before it.
   samples its owner marks as one domain are one group;
 - :class:`PooledNorm2d`: one pool of the batch and the remembered samples a filter keeps (or,
   per sample, the candidates its owner gives among them), the source weighted by a weight its
-  owner sets.
+  owner sets; the owner computes the filter's weights once per batch.
 """
 
 from __future__ import annotations
@@ -310,38 +310,48 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
 
 
 class PooledNorm2d(WindowedNorm2d):
-    """One group: the batch and the remembered samples ``keep`` keeps, mixed with the source at
-    the 0-dim buffer ``source_weight`` (not saved: its owner sets it before each batch; a
-    buffer, so compiled code reads its current value). Where its owner sets the buffer
-    ``candidates`` (None, or (B, K) indices into the pool of rows ``keep`` keeps; not saved),
-    each sample's group is its K candidate rows instead.
+    """One group: the batch and the remembered samples, mixed with the source at the 0-dim
+    buffer ``source_weight`` (not saved: its owner sets it before each batch; a buffer, so
+    compiled code reads its current value). Its owner may set, before a batch (not saved):
+
+    - ``pool_weight``: None (every row counts) or the (n_window + B,) weights of the pool's
+      rows, 1 for those a filter keeps and 0 for the others (:meth:`filter_weights`);
+    - ``candidates``: None, or (B, K) indices into the pool of kept rows: each sample's group
+      is its K candidate rows instead.
+
+    Both are computed once per batch for every pooled layer, outside the network's graph.
 
     Args:
-        keep: None (keep every remembered sample) or a filter whose ``keep(n_window, batch)``
-            says which (:class:`~dyntta.norm.WindowMatch`, :class:`~dyntta.norm.ClassBalance`).
         source_weight: the initial weight.
     """
 
     def __init__(self, bn: nn.BatchNorm2d, window: int, source_weight: float,
-                 instance: tuple[float, float] | None = None,
-                 keep: WindowMatch | ClassBalance | None = None) -> None:
+                 instance: tuple[float, float] | None = None) -> None:
         super().__init__(bn, window, instance)
-        self.keep = keep
         self.register_buffer("source_weight", torch.tensor(float(source_weight)),
                              persistent=False)
+        self.register_buffer("pool_weight", None, persistent=False)
         self.register_buffer("candidates", None, persistent=False)
 
-    def kept(self, n_window: int, b: int, like: torch.Tensor) -> torch.Tensor:
-        """(n_window + b,) weights of the pool's rows: 1 for the batch and the remembered rows
-        the filter keeps, 0 for the others (no data-dependent shape to compile)."""
-        if self.keep is None or not n_window:
-            return like.new_ones(n_window + b)
-        kept = self.keep.keep(n_window, b)
-        return torch.cat([kept, kept.new_ones(b)]).to(like.dtype)
+    def filter_weights(self, keep: WindowMatch | ClassBalance, batch_size: int) -> torch.Tensor:
+        """The ``pool_weight`` of a batch of ``batch_size``: 1 for the batch and the remembered
+        rows the filter ``keep`` keeps (``keep.keep(n_window, batch_size)``), 0 for the
+        others (no data-dependent shape to compile)."""
+        n_window = self.n_window(batch_size)
+        ones = torch.ones(batch_size, dtype=torch.bool, device=self.running_mean.device)
+        kept = keep.keep(n_window, batch_size) if n_window else ones[:0]
+        return torch.cat([kept, ones]).to(self.running_mean.dtype)
 
     operator = staticmethod(_pooled_operator)
     traced_operator = traced_pooled
 
     def arguments(self, mu, n_window, length):
-        return (self.kept(n_window, mu.shape[0], mu), self.candidates, self.running_mean,
-                self.running_var, self.source_weight, length, *self.rule(), self.eps)
+        rows = n_window + mu.shape[0]
+        weight = self.pool_weight
+        if weight is None:
+            weight = mu.new_ones(rows)
+        elif weight.shape[0] != rows:
+            raise ValueError(f"pool_weight has {weight.shape[0]} rows; the pool of this batch "
+                             f"has {rows} (its owner set it for another batch)")
+        return (weight, self.candidates, self.running_mean, self.running_var,
+                self.source_weight, length, *self.rule(), self.eps)
