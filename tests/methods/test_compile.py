@@ -234,8 +234,9 @@ def test_dyns_graph_holds_each_layers_clustering_and_mix_as_one_operator():
 
 
 def test_dyn_adaptives_graph_holds_each_layers_statistics_as_one_operator():
-    """No neighbour search, group statistic, mix or instance rule is traced: each neighbourhood
-    layer calls its operator once, each pooling layer its own."""
+    """No neighbour search, group statistic, mix, instance rule or window filter is traced: each
+    neighbourhood layer calls its operator once, each pooling layer its own, and the filter's
+    weights (computed before the forward) are an input."""
     targets = []
 
     def backend(graph_module, example_inputs):
@@ -252,4 +253,5 @@ def test_dyn_adaptives_graph_holds_each_layers_statistics_as_one_operator():
         kinds.count(NeighbourhoodNorm2d)
     assert targets.count("dyntta.pooled_statistics.default") == kinds.count(PooledNorm2d)
     # the normalisation's rsqrt is traced (inductor fuses it), the rule's sqrt is not
-    assert not any(op in t.replace("rsqrt", "") for t in targets for op in ("topk", "lerp", "sqrt"))
+    assert not any(op in t.replace("rsqrt", "") for t in targets
+                   for op in ("topk", "lerp", "sqrt", "cdist", "quantile", "cumsum"))
