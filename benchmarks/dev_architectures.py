@@ -44,6 +44,7 @@ from dyntta.atomic import atomic_path
 from dyntta.bench.train import train_classifier
 from dyntta.data.datasets import to_tensor
 from dyntta.models import Normalized
+from dyntta.models.cli import ROWS
 
 
 class PooledClassifier(nn.Module):
@@ -307,7 +308,7 @@ def train_and_save(args: argparse.Namespace) -> None:
     x, y = data["x"], data["y"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    train, test = slice(0, None, 2), slice(1, None, 2)
+    train, test = ROWS["even"], ROWS["odd"]  # the halves `dyntta refresh --rows` names
     with atomic_path(out / "cifar10-test-half.npz") as tmp, open(tmp, "wb") as f:
         np.savez(f, x=x[test], y=y[test])
     for name in args.models:
