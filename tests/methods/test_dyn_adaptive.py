@@ -157,6 +157,41 @@ def test_the_layers_are_those_of_the_config():
         assert all(m.window == 24 and m.pool_weight is pooled[0].pool_weight for m in pooled)
 
 
+class WithUnusedHead(nn.Module):
+    """``tiny_resnet`` beside a BN layer its forward never runs (as an auxiliary head)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = tiny_resnet()
+        self.aux = nn.BatchNorm2d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def test_a_bn_layer_that_never_runs_does_not_keep_the_compiled_method_eager():
+    """Its window never fills; the windows of the layers that run decide when the graph
+    compiles."""
+    graphs = []
+
+    def backend(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    model = WithUnusedHead().eval()
+    options = dict(window=8, shallow_window=16, deep_window=32)
+    eager = dyntta.adapt(model, "dyn_adaptive", **options)
+    compiled = dyntta.adapt(model, "dyn_adaptive", compile={"backend": backend}, **options)
+    with torch.no_grad():
+        for i in range(12):
+            x = random_images(4, seed=i)
+            torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)
+    assert compiled.model.aux.window_mean is None  # it never ran
+    assert compiled.windows_steady(4) and len(graphs) == 1
+    torch._dynamo.reset()
+
+
 def test_windows_fill_to_their_sizes_and_reset_empties_them():
     method = dyntta.adapt(tiny_resnet(), "dyn_adaptive", shallow_window=10, deep_window=20,
                           window=6)

@@ -235,13 +235,17 @@ class DYNAdaptive(NormalizationMethod):
         return (*super().state_names(), "_match", "_balance", "roles", "windows")
 
     def windows_steady(self, batch_size: int) -> bool:
-        """Whether every window and filter memory already has the size it keeps from here on,
-        for batches of ``batch_size``. Until then the state the network reads changes shape from
+        """Whether the window of every layer that runs and each filter memory already has the
+        size it keeps from here on, for batches of ``batch_size``. Until then the state the network reads changes shape from
         batch to batch, and a compiled network would compile a graph per shape (dynamo stops at
         8 and runs eager from there)."""
-        filling = any(m.window and (m.window_mean is None or m.window_mean.shape[0] < m.window)
-                      for m in self.layers())
-        if self._placeholders or filling:
+        if self._placeholders:
+            return False
+        order, sizes = self._roles
+        running = set(order[: len(sizes)])  # a layer that never runs (an unused head) never fills
+        if any(m.window and (m.window_mean is None or m.window_mean.shape[0] < m.window)
+               for name, m in self.model.named_modules()
+               if isinstance(m, WindowedNorm2d) and name in running):
             return False
         match, classes = self._match, self._balance.classes
         return match.current is not None and \
