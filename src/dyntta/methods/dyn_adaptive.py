@@ -236,9 +236,9 @@ class DYNAdaptive(NormalizationMethod):
 
     def windows_steady(self, batch_size: int) -> bool:
         """Whether the window of every layer that runs and each filter memory already has the
-        size it keeps from here on, for batches of ``batch_size``. Until then the state the network reads changes shape from
-        batch to batch, and a compiled network would compile a graph per shape (dynamo stops at
-        8 and runs eager from there)."""
+        size it keeps from here on, for batches of ``batch_size``. Until then the state the
+        network reads changes shape from batch to batch, and a compiled network would compile a
+        graph per shape (dynamo stops at 8 and runs eager from there)."""
         if self._placeholders:
             return False
         order, sizes = self._roles
