@@ -26,6 +26,7 @@ import platform
 import resource
 import subprocess
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -201,7 +202,8 @@ def source_for(cell: Cell, resolver: Resolver, options: SourceOptions, progress:
 @dataclasses.dataclass(frozen=True)
 class CellJob:
     """Runs one cell wherever an executor puts it (picklable): resolves the cell's source once
-    per process, sets ``threads`` torch threads if given, returns the cell's record."""
+    per process (quietly: the run's own process resolved it first and showed its warnings), sets
+    ``threads`` torch threads if given, returns the cell's record."""
 
     resolver: Resolver
     options: SourceOptions
@@ -212,7 +214,9 @@ class CellJob:
     def __call__(self, cell: Cell) -> dict:
         if self.threads is not None:
             torch.set_num_threads(self.threads)
-        source = source_for(cell, self.resolver, self.options, self.progress)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            source = source_for(cell, self.resolver, self.options, self.progress)
         return run_cell(cell, source, self.device, self.progress)
 
 

@@ -44,8 +44,9 @@ from dyntta.data import (
 )
 from dyntta.data.corruptions import RECIPE_SIZES
 from dyntta.data.datasets import LABELS_FILE, check_images, check_labels, to_tensor
-from dyntta.models import load_checkpoint
+from dyntta.models import load_checkpoint, statistics_hits
 from dyntta.models.factory import build_from_factory
+from dyntta.models.refresh import statistics_gap
 
 DATASETS = ("digits", "cifar10-c", "cifar100-c", "imagenet-c", "npz")
 DEFAULT_FOLDERS = {"cifar10-c": "CIFAR-10-C", "cifar100-c": "CIFAR-100-C", "imagenet-c": "ImageNet-C"}
@@ -56,6 +57,10 @@ CLASSES = {"digits": 10, "cifar10-c": 10, "cifar100-c": 100}
 DIGITS_MODEL = "models/digits-resnet20.pt"
 """The embedded default's source model, in the package (``dyntta train --out ...`` with its
 defaults: ResNet-20, 15 epochs, seed 0; see the README for its sha256)."""
+
+STALE_CHECK_ROWS = 512
+"""Clean images of an ``npz`` dataset on which the bench checks that the model's BN statistics
+describe them (:func:`warn_if_stale`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +181,7 @@ def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, mo
         x, y = load_npz(path, "npz dataset")
         check_images(x, str(path))
         check_labels(y, str(path), output_classes(model, x, what))  # before building the set
+        warn_if_stale(model, x, y, what)
         data_sha256 = file_sha256(path)
         dataset = corrupted_npz(x, y, path.stem, data_sha256, options, progress, entry.recipe)
     else:
@@ -204,6 +210,28 @@ def check_dataset_name(entry: DatasetEntry) -> None:
 
 
 PROBE_IMAGES = 4
+
+
+def warn_if_stale(model: nn.Module, x: np.ndarray, y: np.ndarray, what: str) -> None:
+    """Warn (one line) when the model's own BN statistics do not describe the clean images
+    ``x`` (uint8 (N, H, W, 3)) of an ``npz`` dataset: on up to :data:`STALE_CHECK_ROWS` of them
+    (a seeded draw, whole batches of 64, at least 4 batches) it scores below TBN beyond the
+    paired interval (:func:`~dyntta.models.statistics_hits`), so every method that mixes its
+    statistics in starts behind (RESULTS.md: the MLPerf-Tiny ResNet-8); ``dyntta refresh``
+    re-estimates them."""
+    batches = min(len(x), STALE_CHECK_ROWS) // 64
+    if batches < 4 or not any(isinstance(m, nn.BatchNorm2d) for m in model.modules()):
+        return
+    draw = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
+    rows = draw[: 64 * batches].numpy()
+    hits = statistics_hits(model, to_tensor(x[rows]), torch.from_numpy(y[rows]).long(), 64)
+    source, tbn, low, high = statistics_gap(hits)
+    if high < 0:
+        warnings.warn(f"{what}: on {len(rows)} of its clean images the model scores "
+                      f"{source:.1f}% with its own BN statistics and {tbn:.1f}% with each batch's "
+                      f"(TBN), {source - tbn:+.1f} [{low:+.1f}, {high:+.1f}] points: they do not "
+                      "describe these images, so methods that mix them in start behind; "
+                      "re-estimate them first (dyntta refresh, docs/models.md)", stacklevel=2)
 
 
 def output_classes(model: nn.Module, images, what: str) -> int:

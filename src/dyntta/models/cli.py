@@ -80,15 +80,13 @@ def run(args: argparse.Namespace) -> int:
 def verdict(hits: tuple[list[int], list[int], list[int]], images: str, batch_size: int) -> str:
     """One line from :func:`~dyntta.models.refresh.statistics_hits`: both accuracies, their
     difference with its paired 95% interval over the batches, and what it says."""
-    from dyntta.bench.stats import difference_interval
+    from dyntta.models.refresh import statistics_gap
 
-    source, tbn, counts = hits
-    low, high = difference_interval(([source], [counts]), ([tbn], [counts]))
-    accuracy = [100 * sum(h) / sum(counts) for h in (source, tbn)]
+    source, tbn, low, high = statistics_gap(hits)
     if high < 0:
         say = "its BN statistics do not describe these images: refresh them (without --check)"
     else:
         say = "its BN statistics describe these images as well as each batch's own or better"
-    return (f"{images}: its own BN statistics {accuracy[0]:.1f}%, each batch's (TBN, batches of "
-            f"{batch_size}) {accuracy[1]:.1f}%; difference {accuracy[0] - accuracy[1]:+.1f} "
-            f"[{100 * low:+.1f}, {100 * high:+.1f}] (paired 95% interval over the batches): {say}")
+    return (f"{images}: its own BN statistics {source:.1f}%, each batch's (TBN, batches of "
+            f"{batch_size}) {tbn:.1f}%; difference {source - tbn:+.1f} [{low:+.1f}, {high:+.1f}] "
+            f"(paired 95% interval over the batches): {say}")

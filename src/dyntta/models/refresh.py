@@ -85,3 +85,15 @@ def statistics_hits(model: nn.Module, images: torch.Tensor, labels: torch.Tensor
             counts.append(int((method(x).argmax(1) == y).sum()))
         hits[2].append(len(y))
     return hits
+
+
+def statistics_gap(hits: tuple[list[int], list[int], list[int]]
+                   ) -> tuple[float, float, float, float]:
+    """From :func:`statistics_hits`: the source's and TBN's accuracy (%) and the paired 95%
+    interval (points) of their difference over the batches; the statistics are stale for
+    these images where its upper end is below 0."""
+    from dyntta.bench.stats import difference_interval
+
+    source, tbn, counts = hits
+    low, high = difference_interval(([source], [counts]), ([tbn], [counts]))
+    return 100 * sum(source) / sum(counts), 100 * sum(tbn) / sum(counts), 100 * low, 100 * high

@@ -1,0 +1,60 @@
+"""``dyntta bench`` on an ``npz`` dataset says, in one warning line, when the model's own BN
+statistics do not describe the dataset's clean images (they score below each batch's, TBN,
+beyond the paired interval), and says nothing when they do."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from dyntta.bench.sources import STALE_CHECK_ROWS
+from dyntta.cli import main
+from dyntta.models import load_checkpoint
+from tests.models.test_refresh_cli import as_floats, digits  # noqa: F401 (a fixture)
+
+GRID = """title = "stale"
+seeds = [0]
+methods = ["source", "tbn"]
+[stream]
+scenarios = ["continual"]
+batch_sizes = [64]
+n_domains = [1]
+n_samples = 64
+[[datasets]]
+name = "npz"
+path = "digits.npz"
+"""
+
+
+def test_the_bench_warns_of_statistics_that_do_not_describe_the_clean_images(digits, capfd):
+    x, y = digits
+    with open("grid.toml", "w") as f:
+        f.write(GRID)
+    errors = {}
+    for name, workers in (("model", "1"), ("stale", "2")):  # worker processes do not repeat it
+        assert main(["bench", "--config", "grid.toml", "--no-progress", "--cache-dir", "cache",
+                     "--checkpoint", f"{name}.pt", "--out", f"run-{name}",
+                     "--workers", workers]) == 0
+        errors[name] = capfd.readouterr().err  # the workers' too
+    assert errors["model"] == ""
+    lines = errors["stale"].splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dyntta bench: warning: dataset 'npz' with "
+                                                   "model stale.pt: on 448 of its clean images")
+    assert lines[0].endswith("re-estimate them first (dyntta refresh, docs/models.md)")
+    # the source's accuracy it prints, read directly: the seed-0 draw of whole batches of 64
+    rows = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))[:448].numpy()
+    assert 448 == min(len(x), STALE_CHECK_ROWS) // 64 * 64
+    with torch.no_grad():
+        logits = load_checkpoint("stale.pt")(as_floats(x[rows]))
+    source = 100 * float((logits.argmax(1) == torch.from_numpy(y[rows])).float().mean())
+    assert f"the model scores {source:.1f}% with its own BN statistics" in lines[0]
+
+
+def test_too_few_clean_images_are_not_judged(digits, capsys):
+    x, y = digits
+    np.savez("digits.npz", x=x[:255], y=y[:255])  # under 4 batches of 64
+    with open("grid.toml", "w") as f:
+        f.write(GRID)
+    assert main(["bench", "--config", "grid.toml", "--no-progress", "--cache-dir", "cache",
+                 "--checkpoint", "stale.pt", "--out", "run"]) == 0
+    assert capsys.readouterr().err == ""
