@@ -4,10 +4,13 @@ beyond the paired interval), and says nothing when they do."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
+from torch import nn
 
-from dyntta.bench.sources import STALE_CHECK_ROWS
+from dyntta.bench.sources import STALE_CHECK_ROWS, warn_if_stale
 from dyntta.cli import main
 from dyntta.models import load_checkpoint
 from tests.models.test_refresh_cli import as_floats, digits  # noqa: F401 (a fixture)
@@ -58,3 +61,14 @@ def test_too_few_clean_images_are_not_judged(digits, capsys):
     assert main(["bench", "--config", "grid.toml", "--no-progress", "--cache-dir", "cache",
                  "--checkpoint", "stale.pt", "--out", "run"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_a_model_without_running_statistics_is_not_judged():
+    """Nothing to be stale (and TBN would refuse the model): no check, no error."""
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 256, (256, 8, 8, 3), dtype=np.uint8), rng.integers(0, 3, 256)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4, track_running_stats=False),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3)).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_stale(model, x, y, "a model")

@@ -220,8 +220,9 @@ def warn_if_stale(model: nn.Module, x: np.ndarray, y: np.ndarray, what: str) -> 
     statistics in starts behind (RESULTS.md: the MLPerf-Tiny ResNet-8); ``dyntta refresh``
     re-estimates them."""
     batches = min(len(x), STALE_CHECK_ROWS) // 64
-    if batches < 4 or not any(isinstance(m, nn.BatchNorm2d) for m in model.modules()):
-        return
+    layers = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    if batches < 4 or not layers or any(m.running_mean is None for m in layers):
+        return  # too few images, or no statistics to judge
     draw = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
     rows = draw[: 64 * batches].numpy()
     hits = statistics_hits(model, to_tensor(x[rows]), torch.from_numpy(y[rows]).long(), 64)
