@@ -190,12 +190,16 @@ _SOURCES: dict[Any, Source] = {}
 Resolver = Callable[[DatasetEntry, SourceOptions, bool], Source]
 
 
-def source_for(cell: Cell, resolver: Resolver, options: SourceOptions, progress: bool) -> Source:
+def source_for(cell: Cell, resolver: Resolver, options: SourceOptions, progress: bool,
+               quiet: bool = False) -> Source:
     """The cell's source, resolved once per run and process (per resolver, dataset and
-    options)."""
+    options); ``quiet``: without showing the warnings of its resolution."""
     key = (resolver, cell.dataset, options)
     if key not in _SOURCES:
-        _SOURCES[key] = resolver(cell.dataset, options, progress)
+        with warnings.catch_warnings() if quiet else contextlib.nullcontext():
+            if quiet:
+                warnings.simplefilter("ignore")
+            _SOURCES[key] = resolver(cell.dataset, options, progress)
     return _SOURCES[key]
 
 
@@ -214,9 +218,7 @@ class CellJob:
     def __call__(self, cell: Cell) -> dict:
         if self.threads is not None:
             torch.set_num_threads(self.threads)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            source = source_for(cell, self.resolver, self.options, self.progress)
+        source = source_for(cell, self.resolver, self.options, self.progress, quiet=True)
         return run_cell(cell, source, self.device, self.progress)
 
 
