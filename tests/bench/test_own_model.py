@@ -153,6 +153,19 @@ def test_a_model_that_returns_probabilities_is_warned_about_once(folder, capsys)
     assert "warning" not in capsys.readouterr().err
 
 
+def test_a_warning_in_a_worker_process_is_one_line(folder, capfd):
+    # the same weights in every process: the tiny ResNet's, under the softmax
+    torch.save({f"0.{k}": v for k, v in tiny_resnet().state_dict().items()}, "soft.pt")
+    args = ["bench", "--config", "grid.toml", "--no-progress", "--cache-dir", "cache", "--out",
+            "soft", "--model", "usermodels:softmaxed", "--checkpoint", "soft.pt", "--workers", "2"]
+    assert main(args) == 0
+    lines = capfd.readouterr().err.splitlines()  # the workers' stderr too
+    assert any(line.startswith("dyntta worker: warning: the model's outputs are non-negative")
+               for line in lines)
+    assert all(line.startswith(("dyntta bench: warning: ", "dyntta worker: warning: "))
+               for line in lines)
+
+
 def test_bad_arguments_of_the_python_entry_point(folder):
     with pytest.raises(ValueError, match="model must be a torch.nn.Module, a factory's import"):
         dyntta.bench.run("grid.toml", model=3)

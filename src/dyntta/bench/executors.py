@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
@@ -105,8 +106,14 @@ class ProcessExecutor:
 
 def _worker_start() -> None:
     """Workers show no progress bars: give tqdm a thread lock instead of the semaphore it would
-    make, which a worker stopped mid-cell could not release (Python warns of a leak at exit)."""
+    make, which a worker stopped mid-cell could not release (Python warns of a leak at exit).
+    A warning is one line, as the command shows its own."""
     tqdm.set_lock(threading.RLock())
+    warnings.showwarning = _warning_line
+
+
+def _warning_line(message, *_args, **_kwargs) -> None:  # not the file and line that warned
+    print(f"dyntta worker: warning: {message}", file=sys.stderr)
 
 
 def _terminate(pool: concurrent.futures.ProcessPoolExecutor) -> None:
