@@ -51,7 +51,7 @@ USER_MODULE = textwrap.dedent("""
 
 
 
-def tiny_source(entry=None, options=None, progress=False) -> Source:
+def tiny_source(entry=None, options=None, progress=False, quiet=False) -> Source:
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 3, size=40)
     arrays = {

@@ -7,12 +7,16 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
-from dyntta.bench.sources import STALE_CHECK_ROWS, warn_if_stale
+from dyntta.bench import sources
+from dyntta.bench.config import DatasetEntry
+from dyntta.bench.sources import (
+    STALE_CHECK_ROWS, SourceOptions, resolve_source, warn_if_stale)
 from dyntta.cli import main
-from dyntta.models import load_checkpoint
+from dyntta.models import load_checkpoint, statistics_hits
 from tests.models.test_refresh_cli import as_floats, digits  # noqa: F401 (a fixture)
 
 GRID = """title = "stale"
@@ -72,3 +76,23 @@ def test_a_model_without_running_statistics_is_not_judged():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         warn_if_stale(model, x, y, "a model")
+
+
+def test_a_quiet_resolution_does_not_check(digits, monkeypatch):
+    """A worker process resolves the source the run's own process has checked: no second
+    check (two forwards over the clean images), no warning."""
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return statistics_hits(*args, **kwargs)
+
+    calls = []
+    monkeypatch.setattr(sources, "statistics_hits", counted)
+    entry, options = DatasetEntry("npz", "digits.npz", "stale.pt"), SourceOptions(
+        cache_dir="cache", severities=(5,), domains=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resolve_source(entry, options, progress=False, quiet=True)
+    assert calls == []
+    with pytest.warns(UserWarning, match="do not describe these images"):
+        resolve_source(entry, options, progress=False)
+    assert calls == [1]

@@ -26,7 +26,6 @@ import platform
 import resource
 import subprocess
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -187,26 +186,23 @@ def run_cell(cell: Cell, source: Source, device: str = "cpu", progress: bool = F
 _SOURCES: dict[Any, Source] = {}
 
 
-Resolver = Callable[[DatasetEntry, SourceOptions, bool], Source]
+Resolver = Callable[[DatasetEntry, SourceOptions, bool, bool], Source]
 
 
 def source_for(cell: Cell, resolver: Resolver, options: SourceOptions, progress: bool,
                quiet: bool = False) -> Source:
     """The cell's source, resolved once per run and process (per resolver, dataset and
-    options); ``quiet``: without showing the warnings of its resolution."""
+    options); ``quiet``: without the checks whose only outcome is a warning."""
     key = (resolver, cell.dataset, options)
     if key not in _SOURCES:
-        with warnings.catch_warnings() if quiet else contextlib.nullcontext():
-            if quiet:
-                warnings.simplefilter("ignore")
-            _SOURCES[key] = resolver(cell.dataset, options, progress)
+        _SOURCES[key] = resolver(cell.dataset, options, progress, quiet)
     return _SOURCES[key]
 
 
 @dataclasses.dataclass(frozen=True)
 class CellJob:
     """Runs one cell wherever an executor puts it (picklable): resolves the cell's source once
-    per process (quietly: the run's own process resolved it first and showed its warnings), sets
+    per process (quietly: the run's own process resolved it first and warned), sets
     ``threads`` torch threads if given, returns the cell's record."""
 
     resolver: Resolver
@@ -242,7 +238,8 @@ def run_grid(
         workers: parallel worker processes (1: run here) for the ``process`` executor.
         device: torch device for the methods.
         progress: show progress bars.
-        resolver: ``(dataset entry, options, progress) -> Source``; :func:`resolve_source`.
+        resolver: ``(dataset entry, options, progress, quiet) -> Source``;
+            :func:`resolve_source`.
         executor: overrides the one ``grid.executor`` and ``workers`` ask for.
 
     Returns the records of the grid's cells (with this model and data) in the results file.

@@ -129,12 +129,13 @@ def resolve_path(path: str, options: SourceOptions) -> Path:
 
 
 def resolve_source(
-    entry: DatasetEntry, options: SourceOptions = SourceOptions(), progress: bool = True
+    entry: DatasetEntry, options: SourceOptions = SourceOptions(), progress: bool = True,
+    quiet: bool = False,
 ) -> Source:
     """Open the dataset of ``entry`` and load its source model: built by its factory
     (``options.model`` or ``entry.model``) with the checkpoint loaded into it if one is given,
     else a checkpoint of a known architecture (:func:`~dyntta.models.load_checkpoint`), else for
-    ``digits`` the model shipped in the package."""
+    ``digits`` the model shipped in the package. ``quiet``: as :func:`open_dataset`."""
     check_dataset_name(entry)
     factory = options.model or entry.model
     checkpoint = options.checkpoint or entry.checkpoint
@@ -146,7 +147,8 @@ def resolve_source(
     else:
         path = resolve_path(checkpoint, options)
     model = build_from_factory(factory, path) if factory else load_checkpoint(path)
-    return open_dataset(entry, options, progress, model, model_name=path.name if path else factory,
+    return open_dataset(entry, options, progress, model, quiet,
+                        model_name=path.name if path else factory,
                         checkpoint_sha256=file_sha256(path) if path else None,
                         model_factory=factory)
 
@@ -159,14 +161,17 @@ class ModelResolver:
     model: nn.Module
     name: str
 
-    def __call__(self, entry: DatasetEntry, options: SourceOptions, progress: bool) -> Source:
-        return open_dataset(entry, options, progress, self.model, model_name=self.name)
+    def __call__(self, entry: DatasetEntry, options: SourceOptions, progress: bool,
+                 quiet: bool = False) -> Source:
+        return open_dataset(entry, options, progress, self.model, quiet, model_name=self.name)
 
 
 def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, model: nn.Module,
-                 **identity: str | None) -> Source:
+                 quiet: bool = False, **identity: str | None) -> Source:
     """The :class:`Source` of ``model`` on the dataset of ``entry``, once the model's output on
-    a few of its images has been checked (:func:`output_classes`) against its labels."""
+    a few of its images has been checked (:func:`output_classes`) against its labels.
+    ``quiet``: skip the checks whose only outcome is a warning (a worker process resolving a
+    source the run's own process has already checked)."""
     check_dataset_name(entry)
     what = f"dataset {entry.name!r} with model {identity['model_name']}"
     data_sha256 = None
@@ -181,7 +186,8 @@ def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, mo
         x, y = load_npz(path, "npz dataset")
         check_images(x, str(path))
         check_labels(y, str(path), output_classes(model, x, what))  # before building the set
-        warn_if_stale(model, x, y, what)
+        if not quiet:
+            warn_if_stale(model, x, y, what)
         data_sha256 = file_sha256(path)
         dataset = corrupted_npz(x, y, path.stem, data_sha256, options, progress, entry.recipe)
     else:
@@ -195,7 +201,7 @@ def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, mo
                          f"{expected}: give a model trained on its classes")
     check_labels(dataset.labels, what, classes)
     used = int(dataset.labels.max()) + 1
-    if expected is None and used < classes:
+    if expected is None and used < classes and not quiet:
         warnings.warn(f"{what}: its labels use classes 0..{used - 1} of the model's {classes}; "
                       "check that they are the model's classes", stacklevel=2)
     return Source(entry.name, dataset, model, data_sha256=data_sha256, **identity)
@@ -207,9 +213,6 @@ def check_dataset_name(entry: DatasetEntry) -> None:
     if entry.name == "digits" and entry.path is not None:
         raise ValueError("dataset 'digits' is embedded and takes no path (for images of your own "
                          "give dataset 'npz' with the .npz file as its path)")
-
-
-PROBE_IMAGES = 4
 
 
 def warn_if_stale(model: nn.Module, x: np.ndarray, y: np.ndarray, what: str) -> None:
@@ -233,6 +236,9 @@ def warn_if_stale(model: nn.Module, x: np.ndarray, y: np.ndarray, what: str) -> 
                       f"(TBN), {source - tbn:+.1f} [{low:+.1f}, {high:+.1f}] points: they do not "
                       "describe these images, so methods that mix them in start behind; "
                       "re-estimate them first (dyntta refresh, docs/models.md)", stacklevel=2)
+
+
+PROBE_IMAGES = 4
 
 
 def output_classes(model: nn.Module, images, what: str) -> int:
