@@ -26,7 +26,7 @@ from dyntta.bench.config import load_grid
 from dyntta.bench.results import append_record, read_results
 from dyntta.bench.runner import run_cell, source_for
 from dyntta.bench.sources import SourceOptions, resolve_source
-from dyntta.bench.stats import difference_interval
+from dyntta.bench.stats import difference_interval, percentile_interval, resampled_means
 
 # the grouping alone: no source, no instance rule, no deep window
 GROUPING = {"prior_strength": 1e-6, "balanced_alpha": 0.0, "balance_power": 0.0,
@@ -96,12 +96,24 @@ def compact(records, labels, focus):
         acc = {lab: 100 * np.mean([r["accuracy"] for r in rs]) for lab, rs in by.items()}
         best = max((lab for lab in acc if lab != focus), key=acc.get)
 
-        def interval(a, b):
-            seeds = {r["seed"] for r in by[a]} & {r["seed"] for r in by[b]}
-            pick = [sorted((r for r in by[lab] if r["seed"] in seeds), key=lambda r: r["seed"])
-                    for lab in (a, b)]
-            return difference_interval(*[([r["batch_correct"] for r in rs],
-                                          [r["batch_n"] for r in rs]) for rs in pick])
+        draws = {}
+
+        def resampled(lab, seeds):
+            """``lab``'s runs on ``seeds``: their batch sizes and the bootstrap draws of their
+            mean accuracy (drawn once per label: a table compares each label several times)."""
+            if (lab, seeds) not in draws:
+                rs = sorted((r for r in by[lab] if r["seed"] in seeds), key=lambda r: r["seed"])
+                counts = [r["batch_n"] for r in rs]
+                draws[lab, seeds] = counts, resampled_means([r["batch_correct"] for r in rs],
+                                                            counts)
+            return draws[lab, seeds]
+
+        def interval(a, b):  # difference_interval's, paired, with each label's draws reused
+            seeds = tuple(sorted({r["seed"] for r in by[a]} & {r["seed"] for r in by[b]}))
+            (counts_a, draws_a), (counts_b, draws_b) = resampled(a, seeds), resampled(b, seeds)
+            if counts_a != counts_b:
+                raise ValueError(f"{a} and {b} ran other batches on {stream}: not paired")
+            return percentile_interval(draws_a - draws_b)
 
         def diff(ref):
             low, high = interval(focus, ref)

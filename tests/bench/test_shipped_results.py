@@ -1,0 +1,113 @@
+"""The shipped results are current: RESULTS.md's tables of ``dyn_adaptive`` against the
+baselines are what their records (``results/``) give, its "At a glance" counts are those tables'
+verdicts, and the digits records are what the code gives today (a sample of cells re-run)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks.dyn_successor_ablation import compact, read_labelled
+from dyntta.bench.config import load_grid
+from dyntta.bench.results import read_results
+from dyntta.bench.runner import run_cell, source_for
+from dyntta.bench.sources import SourceOptions, resolve_source
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "RESULTS.md"
+GRID = ROOT / "configs" / "successor_architectures.toml"
+METHODS = ["tbn", "iabn", "note", "unmix_tns", "datta", "dyn", "dyn_adaptive"]
+MODELS = {"npz resnet20-cifar10": "ResNet-20", "npz resnet8-mlperf-cifar10": "ResNet-8",
+          "digits": "digits ResNet-20"}
+"""RESULTS.md's name of each model the records name by dataset and checkpoint."""
+TABLES = ["successor_architectures", "successor_architectures_200",
+          "successor_architectures_200_seeds345", "successor_digits", "successor_digits_seeds345"]
+GLANCE = {  # "At a glance" row: (records, model)
+    "ResNet-20, 200 rows per domain": ("successor_architectures_200", "ResNet-20"),
+    "MLPerf-Tiny ResNet-8, 200 rows per domain": ("successor_architectures_200", "ResNet-8"),
+    "ResNet-20, 200 rows per domain, seeds 3-5": ("successor_architectures_200_seeds345",
+                                                  "ResNet-20"),
+    "MLPerf-Tiny ResNet-8, 200 rows per domain, seeds 3-5": (
+        "successor_architectures_200_seeds345", "ResNet-8"),
+    "digits ResNet-20, seeds 3-5": ("successor_digits_seeds345", "digits ResNet-20"),
+}
+
+
+def records(name: str) -> Path:
+    return ROOT / "results" / name / "results.jsonl"
+
+
+def table_rows(name: str) -> list[str]:
+    """The rows the records of ``name`` give, as RESULTS.md writes them (its model names)."""
+    lines = compact(read_labelled(records(name)), METHODS, "dyn_adaptive").splitlines()[2:]
+    return [f"| {MODELS[line[2:].split(' | ')[0]]} | {line.split(' | ', 1)[1]}"
+            for line in lines]
+
+
+def documented_rows(name: str) -> list[str]:
+    """The rows of the first table after RESULTS.md names the records of ``name``."""
+    text = RESULTS.read_text()
+    named = text.index(f"`results/{name}/results.jsonl`")
+    table = re.compile(r"^\|.*\n\|[-| ]+\n((?:\|.*\n)+)", re.MULTILINE).search(text, named)
+    return table.group(1).splitlines()
+
+
+def verdicts(rows: list[str], model: str) -> tuple[int, int, int]:
+    """(ahead, tied, behind): the marks of the last column ("- best other") of ``model``'s
+    rows."""
+    marks = [re.search(r"\] ([+=-]) \(\w+\) \|$", row).group(1) for row in rows
+             if row.startswith(f"| {model} |")]
+    return marks.count("+"), marks.count("="), marks.count("-")
+
+
+@pytest.fixture(scope="module")
+def computed() -> dict[str, list[str]]:
+    return {name: table_rows(name) for name in TABLES}
+
+
+@pytest.mark.parametrize("name", TABLES)
+def test_each_table_is_what_its_records_give(name, computed):
+    assert documented_rows(name) == computed[name]
+
+
+def test_the_glance_counts_are_the_tables_verdicts(computed):
+    text = RESULTS.read_text()
+    glance = text[text.index("## At a glance"):text.index("## Reading the tables")]
+    for label, (name, model) in GLANCE.items():
+        row = re.search(rf"^  \| {re.escape(label)} \| [^|]+ \| (\d+) \| (\d+) \| (\d+)",
+                        glance, re.MULTILINE)
+        assert row, label
+        assert tuple(map(int, row.groups())) == verdicts(computed[name], model), label
+
+
+def test_verdicts_read_the_last_column():
+    rows = ["| M | 64 | continual | 3 | 1.0 | 2.0 | +1.0 [+0.5, +1.5] + | +0.2 [-0.1, +0.4] = (tbn) |",
+            "| M | 16 | wild | 3 | 1.0 | 2.0 | +1.0 [+0.5, +1.5] + | -0.9 [-1.6, -0.3] - (note) |",
+            "| N | 16 | wild | 3 | 1.0 | 2.0 | +1.0 [+0.5, +1.5] + | +0.9 [+0.3, +1.6] + (note) |"]
+    assert verdicts(rows, "M") == (0, 1, 1) and verdicts(rows, "N") == (1, 0, 0)
+
+
+@pytest.fixture(scope="module")
+def digits_options(tmp_path_factory) -> SourceOptions:
+    return SourceOptions(cache_dir=str(tmp_path_factory.mktemp("cache")), severities=(5,))
+
+
+# every method once, and dyn_adaptive where each of its rules acts: one domain per batch (the
+# pooled batch), mixed batches (neighbourhoods, deep groups), label shift (class balance)
+RERUN = [(method, "continual", 64) for method in METHODS] + [
+    ("dyn_adaptive", "crossmix", 16), ("dyn_adaptive", "wild", 16)]
+
+
+@pytest.mark.parametrize(("method", "scenario", "batch_size"), RERUN)
+def test_a_digits_record_is_what_the_code_gives_today(method, scenario, batch_size,
+                                                      digits_options):
+    grid = load_grid(GRID, ['datasets=[{name="digits"}]', "seeds=[0]",
+                            f"stream.batch_sizes=[{batch_size}]", f'stream.scenarios=["{scenario}"]',
+                            f'methods=["{method}"]'])
+    (cell,) = grid.cells()
+    record = run_cell(cell, source_for(cell, resolve_source, digits_options, False, quiet=True))
+    (shipped,) = [r for r in read_results(records("successor_digits")) if r["key"] == record["key"]]
+    assert record["batch_correct"] == shipped["batch_correct"]
+    assert record["per_domain"] == shipped["per_domain"]
