@@ -124,3 +124,18 @@ def test_a_digits_record_is_what_the_code_gives_today(method, scenario, batch_si
     (shipped,) = [r for r in read_results(records("successor_digits")) if r["key"] == record["key"]]
     assert record["batch_correct"] == shipped["batch_correct"]
     assert record["per_domain"] == shipped["per_domain"]
+
+
+def test_the_readme_tally_is_the_glance_table():
+    text = RESULTS.read_text()
+    glance = text[text.index("## At a glance"):text.index("## Reading the tables")]
+    rows = re.findall(r"^  \| ([^|]+) \| (\d+) \([^|]*\) \| (\d+) \| (\d+) \| (\d+)", glance,
+                      re.MULTILINE)
+    cells = sum(int(n) for _, n, *_ in rows)
+    behind = {label.strip(): int(b) for label, _, _, _, b in rows}
+    resnet8 = sum(b for label, b in behind.items() if "ResNet-8" in label)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"in {cells - sum(behind.values())} of the {cells} cells measured" in readme
+    assert f"points in {sum(behind.values())}: {resnet8} of them on the MLPerf-Tiny" in readme
+    assert f"{behind['ResNet-18, quarter width (held out)']} at B = 4 and 1 on a quarter-width" \
+        in readme
