@@ -144,11 +144,9 @@ def test_a_warm_build_shows_no_progress_bar(tmp_path, capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_frost_textures_too_small_for_the_images_are_refused_before_any_work(tmp_path):
-    images = np.zeros((2, 64, 48, 3), np.uint8)
-    with pytest.raises(ValueError, match="cifar recipe are too small for 64x48 .* imagenet"):
-        build_corrupted(images, np.zeros(2, int), tmp_path / "c", recipe="cifar", progress=False)
-    assert not (tmp_path / "c").exists()
+def test_images_larger_than_the_recipes_frost_textures_take_frost(tmp_path):
+    images = np.zeros((2, 64, 48, 3), np.uint8)  # the CIFAR recipe's textures crop under 63 rows
     built = build_corrupted(images, np.zeros(2, int), tmp_path / "c", recipe="cifar",
-                            corruptions=["fog"], severities=[5], progress=False)
-    assert tuple(built.corruptions) == ("fog",)
+                            corruptions=["frost"], severities=[5], progress=False)
+    frosted = np.asarray(built.images("frost", 5))
+    assert frosted.shape == images.shape and (frosted != images).any()

@@ -13,7 +13,7 @@ from scipy import ndimage
 
 from dyntta.data import CORRUPTIONS, corrupt
 from dyntta.data.corruptions import (
-    FROST_RESIZE, PARAMS, RECIPES, frost_textures_fit, recipe_for)
+    FROST_RESIZE, PARAMS, RECIPES, frost_scale, recipe_for)
 from dyntta.data.frost import load_textures
 from dyntta.data.frost import FILES, FROST_SHAPES, FROST_STATS, procedural_texture
 from tests.conftest import SHARED_DATA
@@ -183,19 +183,21 @@ def test_recipe_chosen_by_size_and_explicit_for_other_sizes():
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-@pytest.mark.parametrize("size", [(48, 48), (64, 48), (62, 111), (63, 40), (100, 100), (400, 400)])
-def test_frost_refuses_exactly_the_sizes_some_texture_cannot_crop(recipe, size):
-    photos = load_textures("procedural", FROST_RESIZE[recipe])
-    fits = all(p.shape[0] > size[0] and p.shape[1] > size[1] for p in photos)
-    x = np.full((1, *size, 3), 128, np.uint8)
-    if fits:
-        frost_textures_fit(*size, recipe)
-        assert corrupt(x, "frost", 5, seed=0, recipe=recipe).shape == x.shape
-    else:
-        with pytest.raises(ValueError, match=f"too small for {size[0]}x{size[1]} images"):
-            frost_textures_fit(*size, recipe)
-        with pytest.raises(ValueError, match="too small"):  # whichever texture the image draws
-            corrupt(x, "frost", 5, seed=0, recipe=recipe)
+@pytest.mark.parametrize("size", [(48, 48), (64, 48), (62, 111), (63, 40), (100, 100), (400, 400),
+                                  (320, 60), (30, 600)])
+def test_frost_textures_cover_the_images_at_the_recipes_scale_or_the_least_larger(recipe, size):
+    own = load_textures("procedural", FROST_RESIZE[recipe])
+    scale = frost_scale(*size, recipe)
+    photos = load_textures("procedural", scale)
+    assert all(p.shape[0] > size[0] and p.shape[1] > size[1] for p in photos)
+    if all(p.shape[0] > size[0] and p.shape[1] > size[1] for p in own):
+        assert scale == FROST_RESIZE[recipe]
+    else:  # the least: some texture is one row or one column larger than the images
+        assert scale > FROST_RESIZE[recipe]
+        assert any(p.shape[0] == size[0] + 1 or p.shape[1] == size[1] + 1 for p in photos)
+    x = np.full((2, *size, 3), 128, np.uint8)
+    out = corrupt(x, "frost", 5, seed=0, recipe=recipe)
+    assert out.shape == x.shape and (out != x).any()
 
 
 @pytest.mark.parametrize(

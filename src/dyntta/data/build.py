@@ -28,8 +28,7 @@ import numpy as np
 from tqdm import tqdm
 
 from dyntta.atomic import atomic_path
-from dyntta.data.corruptions import (
-    CORRUPTIONS, RECIPES, corrupt, frost_textures_fit, recipe_for)
+from dyntta.data.corruptions import CORRUPTIONS, RECIPES, corrupt, recipe_for
 from dyntta.data.datasets import (
     LABELS_FILE,
     META_FILE,
@@ -109,8 +108,6 @@ def build_corrupted(
         raise ValueError(f"unknown recipe {recipe!r}; expected one of {', '.join(RECIPES)}")
     if frost_textures not in FROST_SOURCES:
         raise ValueError(f"unknown frost_textures {frost_textures!r}; expected one of {', '.join(FROST_SOURCES)}")
-    if "frost" in corruptions:  # before any work, not when the first image draws a small one
-        frost_textures_fit(h, w, recipe, frost_textures)
     chunk_size = default_chunk_size(h, w) if chunk_size is None else int(chunk_size)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")

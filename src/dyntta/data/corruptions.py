@@ -201,28 +201,25 @@ def snow(x, c, rng, recipe):
     return _to_uint8(x + layer + np.rot90(layer, k=2, axes=(1, 2)))
 
 
-def frost_textures_fit(height: int, width: int, recipe: str, textures: str = "procedural") -> None:
-    """Raise unless every frost texture of ``recipe`` is larger than ``height`` x ``width``
-    images (each image takes a crop of a texture drawn at random, so a smaller one would fail
-    only on the images that draw it)."""
-    def smallest(name: str) -> tuple[int, int]:
-        photos = frost_source.load_textures(textures, FROST_RESIZE[name])
-        return min(p.shape[0] for p in photos), min(p.shape[1] for p in photos)
-
-    rows, columns = smallest(recipe)
-    if rows <= height or columns <= width:
-        fits = [r for r in RECIPES if all(n > m for n, m in zip(smallest(r), (height, width)))]
-        raise ValueError(
-            f"frost's textures with the {recipe} recipe are too small for {height}x{width} "
-            f"images (they crop images under {rows}x{columns}): "
-            + (f"use the {fits[0]} recipe, or " if fits else "") + "leave frost out")
+def frost_scale(height: int, width: int, recipe: str, textures: str = "procedural") -> float:
+    """The factor by which the frost textures are resized for ``height`` x ``width`` images: the
+    recipe's (``FROST_RESIZE``) wherever every texture then covers the images (each image crops
+    a texture drawn at random). Beyond the recipes, where one would not (images of 63 rows or
+    105 columns or more with the CIFAR recipe, 315 or 527 with ImageNet's), the least factor that
+    makes every texture larger than the images (bilinear, as the CIFAR recipe shrinks them)."""
+    scale = FROST_RESIZE[recipe]
+    if all(p.shape[0] > height and p.shape[1] > width
+           for p in frost_source.load_textures(textures, scale)):
+        return scale
+    needed = max(max((height + 1) / p.shape[0], (width + 1) / p.shape[1])
+                 for p in frost_source.load_textures(textures, 1.0))
+    return max(scale, needed)
 
 
 def frost(x, c, rng, recipe, textures: str = "procedural"):
     weight, texture_weight = c
     n, h, w = x.shape[:3]
-    frost_textures_fit(h, w, recipe, textures)
-    photos = frost_source.load_textures(textures, FROST_RESIZE[recipe])
+    photos = frost_source.load_textures(textures, frost_scale(h, w, recipe, textures))
     out = np.empty(x.shape, dtype=np.float64)
     for i, index in enumerate(rng.integers(5, size=n)):  # the recipes draw randint(5): frost1..5
         photo = photos[index]
