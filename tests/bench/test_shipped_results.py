@@ -1,8 +1,8 @@
 """The shipped results are current: RESULTS.md's tables of ``dyn_adaptive`` against the
 baselines are what their records (``results/``) give, its "At a glance" counts are those tables'
-verdicts, the paper comparison (``results/real_paper/paper.md``, and RESULTS.md's Table 1 from
-it) is what its records and the paper's numbers give, and the digits records are what the code
-gives today (a sample of cells re-run)."""
+verdicts and the README's tally is that table's, the paper comparison
+(``results/real_paper/paper.md``, and RESULTS.md's Table 1 from it) is what its records and the
+paper's numbers give, and the digits records are what the code gives today (a sample re-run)."""
 
 from __future__ import annotations
 
@@ -57,6 +57,12 @@ def documented_rows(after: str) -> list[str]:
     return table.group(1).splitlines()
 
 
+def glance() -> str:
+    """RESULTS.md's "At a glance" section."""
+    text = RESULTS.read_text()
+    return text[text.index("## At a glance"):text.index("## Reading the tables")]
+
+
 def verdicts(rows: list[str], model: str) -> tuple[int, int, int]:
     """(ahead, tied, behind): the marks of the last column ("- best other") of ``model``'s
     rows."""
@@ -76,19 +82,17 @@ def test_each_table_is_what_its_records_give(name, computed):
 
 
 def test_the_glance_counts_are_the_tables_verdicts(computed):
-    text = RESULTS.read_text()
-    glance = text[text.index("## At a glance"):text.index("## Reading the tables")]
     for label, (name, model) in GLANCE.items():
         row = re.search(rf"^  \| {re.escape(label)} \| [^|]+ \| (\d+) \| (\d+) \| (\d+)",
-                        glance, re.MULTILINE)
+                        glance(), re.MULTILINE)
         assert row, label
         assert tuple(map(int, row.groups())) == verdicts(computed[name], model), label
 
 
 def test_verdicts_read_the_last_column():
-    rows = ["| M | 64 | continual | 3 | 1.0 | 2.0 | +1.0 [+0.5, +1.5] + | +0.2 [-0.1, +0.4] = (tbn) |",
-            "| M | 16 | wild | 3 | 1.0 | 2.0 | +1.0 [+0.5, +1.5] + | -0.9 [-1.6, -0.3] - (note) |",
-            "| N | 16 | wild | 3 | 1.0 | 2.0 | +1.0 [+0.5, +1.5] + | +0.9 [+0.3, +1.6] + (note) |"]
+    rows = ["| M | 64 | continual | 3 | 2.0 | +1.0 [+0.5, +1.5] + | +0.2 [-0.1, +0.4] = (tbn) |",
+            "| M | 16 | wild | 3 | 2.0 | +1.0 [+0.5, +1.5] + | -0.9 [-1.6, -0.3] - (note) |",
+            "| N | 16 | wild | 3 | 2.0 | +1.0 [+0.5, +1.5] + | +0.9 [+0.3, +1.6] + (note) |"]
     assert verdicts(rows, "M") == (0, 1, 1) and verdicts(rows, "N") == (1, 0, 0)
 
 
@@ -116,20 +120,19 @@ RERUN = [(method, "continual", 64) for method in METHODS] + [
 @pytest.mark.parametrize(("method", "scenario", "batch_size"), RERUN)
 def test_a_digits_record_is_what_the_code_gives_today(method, scenario, batch_size,
                                                       digits_options):
-    grid = load_grid(GRID, ['datasets=[{name="digits"}]', "seeds=[0]",
-                            f"stream.batch_sizes=[{batch_size}]", f'stream.scenarios=["{scenario}"]',
-                            f'methods=["{method}"]'])
+    grid = load_grid(GRID, ['datasets=[{name="digits"}]', "seeds=[0]", f'methods=["{method}"]',
+                            f"stream.batch_sizes=[{batch_size}]",
+                            f'stream.scenarios=["{scenario}"]'])
     (cell,) = grid.cells()
     record = run_cell(cell, source_for(cell, resolve_source, digits_options, False, quiet=True))
-    (shipped,) = [r for r in read_results(records("successor_digits")) if r["key"] == record["key"]]
+    (shipped,) = [r for r in read_results(records("successor_digits"))
+                  if r["key"] == record["key"]]
     assert record["batch_correct"] == shipped["batch_correct"]
     assert record["per_domain"] == shipped["per_domain"]
 
 
 def test_the_readme_tally_is_the_glance_table():
-    text = RESULTS.read_text()
-    glance = text[text.index("## At a glance"):text.index("## Reading the tables")]
-    rows = re.findall(r"^  \| ([^|]+) \| (\d+) \([^|]*\) \| (\d+) \| (\d+) \| (\d+)", glance,
+    rows = re.findall(r"^  \| ([^|]+) \| (\d+) \([^|]*\) \| (\d+) \| (\d+) \| (\d+)", glance(),
                       re.MULTILINE)
     cells = sum(int(n) for _, n, *_ in rows)
     behind = {label.strip(): int(b) for label, _, _, _, b in rows}
