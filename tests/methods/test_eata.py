@@ -149,3 +149,35 @@ def test_fisher_off_never_estimates():
     for i in range(3):
         eata(random_images(B, i))
     assert eata.fisher is None and eata.fisher_batches == 0
+
+
+class EvenBatchHead(torch.nn.Module):
+    """A BN layer that runs only on batches of an even size (another on odd ones)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.even, self.odd = torch.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4)
+        self.fc = torch.nn.Linear(4, C)
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = self.even(x) if x.shape[0] % 2 == 0 else self.odd(x)
+        return self.fc(x.relu().mean((2, 3)))
+
+
+def test_stream_fisher_counts_zero_for_a_layer_the_batch_did_not_reach():
+    torch.manual_seed(0)
+    model = EvenBatchHead().eval()
+    eata = dyntta.adapt(model, "eata", margin=1e9, d_margin=1.0, fisher_size=B + 3)
+    eata(random_images(B, 0))
+    ref = reference_model(model)
+    logits = ref(random_images(B, 0))
+    even = {n: q for n, q in bn_params(ref).items() if n.startswith("even")}
+    expected = grads(F.cross_entropy(logits, logits.argmax(1)), even)
+    eata(random_images(3, 1))  # the odd layer runs; the even layer's square is 0 here
+    assert eata.fisher_batches == 2 and eata.fisher is not None
+    fisher = dict(zip(eata.adapted_names, eata.fisher))
+    for name in ("even.weight", "even.bias"):
+        torch.testing.assert_close(fisher[name], expected[name].square() / 2, msg=name)
+    assert all(f.abs().max() > 0 for name, f in fisher.items() if name.startswith("odd"))

@@ -121,11 +121,15 @@ class EATA(GradientMethod):
         return self.config.fisher == "stream" and self.fisher is None
 
     def accumulate_fisher(self, logits: torch.Tensor) -> None:
-        """Add the squared gradient of the pseudo-label cross-entropy of this batch; once
-        ``fisher_size`` samples are in, fix ``fisher`` and the source ``anchors``."""
+        """Add the squared gradient of the pseudo-label cross-entropy of this batch (0 for a
+        parameter this batch did not reach, e.g. of a BN layer that did not run: the authors'
+        code skips a parameter without a gradient); once ``fisher_size`` samples are in, fix
+        ``fisher`` and the source ``anchors``."""
         params = self.adapted_parameters()
         loss = F.cross_entropy(logits, logits.argmax(1))
-        squares = [g.square() for g in torch.autograd.grad(loss, params, retain_graph=True)]
+        gradients = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+        squares = [torch.zeros_like(p) if g is None else g.square()
+                   for p, g in zip(params, gradients)]
         if self.fisher_sum is None:
             self.fisher_sum = squares
         else:
