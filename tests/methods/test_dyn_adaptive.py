@@ -109,18 +109,79 @@ def test_roles_follow_the_map_sizes(strides):
         assert rule == (sizes[i] == max(sizes))
 
 
-def test_a_layer_that_runs_twice_is_refused_by_name():
-    class Twice(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv, self.bn = nn.Conv2d(3, 3, 1), random_bn(3)
+class TwoViews(nn.Module):
+    """One network run on the images and on their mirror images, logits summed: every BN layer
+    runs twice per forward."""
 
-        def forward(self, x):
-            return self.bn(self.conv(self.bn(x))).mean((2, 3))
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
 
-    method = dyntta.adapt(Twice(), "dyn_adaptive")
-    with pytest.raises(ValueError, match=r"run once per forward; \['bn'\] ran 2 times"):
-        method(random_images(4))
+    def forward(self, x):
+        return self.net(x) + self.net(x.flip(3))
+
+
+class TwoNetworks(nn.Module):
+    """:class:`TwoViews` with a copy of the network for the mirror images: each BN layer once."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.first, self.second = net, deepcopy(net)
+
+    def forward(self, x):
+        return self.first(x) + self.second(x.flip(3))
+
+
+def test_a_layer_run_twice_per_forward_gets_a_layer_per_call():
+    """The same as two copies of the network, one per call: each call its role and window."""
+    net = Chain()
+    shared = dyntta.adapt(TwoViews(net), "dyn_adaptive", window=8, shallow_window=16,
+                          deep_window=24)
+    copies = dyntta.adapt(TwoNetworks(net), "dyn_adaptive", window=8, shallow_window=16,
+                          deep_window=24)
+    with torch.no_grad():
+        for seed in range(8):  # windows fill, the deep filter and class balance act
+            x = random_images(4, seed=seed, size=8)
+            assert torch.equal(shared(x), copies(x))
+    per_call = shared.model.net.bn0
+    assert [type(m) for m in per_call.layers] == [NeighbourhoodNorm2d] * 2
+    first, second = copies.model.first.bn0, copies.model.second.bn0
+    for mine, theirs in zip(per_call.layers, (first, second)):
+        assert torch.equal(mine.window_mean, theirs.window_mean)
+    assert not torch.equal(per_call.layers[0].window_mean, per_call.layers[1].window_mean)
+    assert [type(m).__name__ for m in shared.model.net.bn3.layers] == ["PooledNorm2d"] * 2
+
+
+def test_a_layer_run_twice_compiles_to_one_graph_that_matches_eager():
+    graphs = []
+
+    def backend(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    options = dict(window=8, shallow_window=16, deep_window=24)
+    eager = dyntta.adapt(TwoViews(Chain()), "dyn_adaptive", **options)
+    compiled = dyntta.adapt(TwoViews(Chain()), "dyn_adaptive", compile={"backend": backend},
+                            **options)
+    with torch.no_grad():
+        for seed in range(12):
+            x = random_images(4, seed=seed, size=8)
+            torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)
+    assert compiled.windows_steady(4) and len(graphs) == 1
+    torch._dynamo.reset()
+
+
+def test_a_layer_run_twice_keeps_its_layers_through_saved_state():
+    method = dyntta.adapt(TwoViews(Chain()), "dyn_adaptive", window=8, shallow_window=16)
+    fresh = dyntta.adapt(TwoViews(Chain()), "dyn_adaptive", window=8, shallow_window=16)
+    with torch.no_grad():
+        for seed in range(4):
+            method(random_images(4, seed=seed, size=8))
+        fresh.load_state_dict(method.state_dict())
+        for seed in range(4, 8):
+            x = random_images(4, seed=seed, size=8)
+            assert torch.equal(fresh(x), method(x))
 
 
 def test_a_layer_that_never_runs_changes_nothing():

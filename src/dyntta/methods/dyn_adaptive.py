@@ -58,7 +58,7 @@ from dyntta.methods.dyn import DYNConfig
 from dyntta.methods.normalization import NormalizationMethod
 from dyntta.methods.registry import register
 from dyntta.norm import ClassBalance, SourceBatchNorm2d, WindowMatch
-from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d, WindowedNorm2d
+from dyntta.norm.adaptive import NeighbourhoodNorm2d, PerCall, PooledNorm2d, WindowedNorm2d
 from dyntta.norm.mixing import label_balance_weight
 from dyntta.norm.spectrum import MIN_IMAGES, log_band_power, nearest_spectra, one_domain
 
@@ -176,11 +176,7 @@ class DYNAdaptive(NormalizationMethod):
             for hook in hooks:
                 hook.remove()
         names = {m: name for name, m in self.model.named_modules()}
-        ran = [names[m] for m, _ in calls]
-        repeated = sorted({name for name in ran if ran.count(name) > 1})
-        if repeated:
-            raise ValueError(f"dyn_adaptive needs each BN layer to run once per forward; "
-                             f"{repeated} ran {max(map(ran.count, ran))} times")
+        ran = [names[m] for m, _ in calls]  # a layer run k times is named k times
         # those that did not run come last (any role would do)
         self.roles = (ran + [names[m] for m in self._placeholders if names[m] not in ran],
                       [size for _, size in calls])
@@ -188,9 +184,11 @@ class DYNAdaptive(NormalizationMethod):
     @property
     def roles(self) -> tuple[list[str], list[int]] | None:
         """The BN layers' names in the order that gave them their roles (the order they run,
-        then those that did not run) and the positions (H x W) of each running layer's maps;
-        None before the first batch. Part of the saved state, so that a saved adapted model
-        loads into a fresh one with its layers in their roles."""
+        then those that did not run; a layer that runs k times per forward is named k times
+        and gets a layer per call, :class:`~dyntta.norm.adaptive.PerCall`) and the positions
+        (H x W) of each running call's maps; None before the first batch. Part of the saved
+        state, so that a saved adapted model loads into a fresh one with its layers in their
+        roles."""
         return self._roles
 
     @roles.setter
@@ -202,6 +200,7 @@ class DYNAdaptive(NormalizationMethod):
             raise ValueError("dyn_adaptive state from an older version: its roles hold no map "
                              "sizes; adapt the source model again")
         c = self.config
+        layers: dict[str, list[nn.Module]] = {}
         for i, name in enumerate(order):
             bn = self.model.get_submodule(name)
             instance = (c.instance_k, c.instance_spread) \
@@ -211,9 +210,12 @@ class DYNAdaptive(NormalizationMethod):
             else:
                 layer = NeighbourhoodNorm2d(bn, c.shallow_window, c.neighbours,
                                             c.prior_strength, instance)
+            layers.setdefault(name, []).append(
+                layer.to(bn.running_mean.device).requires_grad_(False))
+        for name, calls in layers.items():
             parent, _, attribute = name.rpartition(".")
-            layer = layer.to(bn.running_mean.device).requires_grad_(False)
-            setattr(self.model.get_submodule(parent), attribute, layer)
+            setattr(self.model.get_submodule(parent), attribute,
+                    calls[0] if len(calls) == 1 else PerCall(calls))
         self._placeholders = []
         self._roles = (list(order), list(sizes))
 
@@ -242,10 +244,12 @@ class DYNAdaptive(NormalizationMethod):
         if self._placeholders:
             return False
         order, sizes = self._roles
-        running = set(order[: len(sizes)])  # a layer that never runs (an unused head) never fills
+        # a layer that never runs (an unused head) never fills
+        running = [self.model.get_submodule(name) for name in set(order[: len(sizes)])]
+        running = [m for module in running for m in module.modules()
+                   if isinstance(m, WindowedNorm2d)]
         if any(m.window and (m.window_mean is None or m.window_mean.shape[0] < m.window)
-               for name, m in self.model.named_modules()
-               if isinstance(m, WindowedNorm2d) and name in running):
+               for m in running):
             return False
         match, classes = self._match, self._balance.classes
         return match.current is not None and \
@@ -290,6 +294,9 @@ class DYNAdaptive(NormalizationMethod):
         the deep source weight: computed once per batch for all the layers."""
         if self._placeholders:
             self.assign_roles(x)
+        for m in self.modules():
+            if isinstance(m, PerCall):
+                m.call = 0
         self._match.observe(log_band_power(x.detach().float()))
         b = x.shape[0]
         rows, candidates = self.read_spectra(b)

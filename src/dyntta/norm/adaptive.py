@@ -8,7 +8,9 @@ with the instance statistics of the samples seen just before it.
   samples its owner marks as one domain are one group;
 - :class:`PooledNorm2d`: one pool of the batch and the remembered samples a filter keeps (or,
   per sample, the candidates its owner gives among them), the source weighted by a weight its
-  owner sets; the owner computes the filter's weights once per batch.
+  owner sets; the owner computes the filter's weights once per batch;
+- :class:`PerCall`: a layer of its own for each call of a BN module that a forward runs more
+  than once.
 """
 
 from __future__ import annotations
@@ -355,3 +357,22 @@ class PooledNorm2d(WindowedNorm2d):
                              f"has {rows} (its owner set it for another batch)")
         return (weight, self.candidates, self.running_mean, self.running_var,
                 self.source_weight, length, *self.rule(), self.eps)
+
+
+class PerCall(nn.Module):
+    """The layers of a BN module that a forward runs several times (e.g. one backbone applied to
+    two views of the images): the i-th call of a forward goes to ``layers[i]``, each with its
+    own role and window. Its owner sets ``call`` to 0 before each forward."""
+
+    def __init__(self, layers: list[nn.Module]) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.call = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.call >= len(self.layers):
+            raise ValueError(f"this BN module ran {self.call + 1} times in one forward; the "
+                             f"first batch ran it {len(self.layers)} times")
+        layer = self.layers[self.call]
+        self.call += 1
+        return layer(x)
