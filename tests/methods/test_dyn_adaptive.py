@@ -172,6 +172,26 @@ def test_a_layer_run_twice_compiles_to_one_graph_that_matches_eager():
     torch._dynamo.reset()
 
 
+def test_a_layer_run_more_often_than_on_the_first_batch_is_one_error_line():
+    class Repeated(nn.Module):  # the BN layer runs B // 2 times
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = nn.Conv2d(3, 3, 1), random_bn(3)
+
+        def forward(self, x):
+            for _ in range(x.shape[0] // 2):
+                x = self.bn(self.conv(x))
+            return x.mean((2, 3))
+
+    method = dyntta.adapt(Repeated(), "dyn_adaptive")
+    with torch.no_grad():
+        method(random_images(4))
+        method(random_images(2))  # fewer calls: the second layer waits
+        with pytest.raises(ValueError, match="ran 3 times in one forward; the first batch ran "
+                                             "it 2 times"):
+            method(random_images(6))
+
+
 def test_a_layer_run_twice_keeps_its_layers_through_saved_state():
     method = dyntta.adapt(TwoViews(Chain()), "dyn_adaptive", window=8, shallow_window=16)
     fresh = dyntta.adapt(TwoViews(Chain()), "dyn_adaptive", window=8, shallow_window=16)
