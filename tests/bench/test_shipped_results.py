@@ -1,5 +1,6 @@
 """The shipped results are current: RESULTS.md's tables of ``dyn_adaptive`` against the
-baselines are what their records (``results/``) give, its "At a glance" counts are those tables'
+baselines (the ResNet-20 and ResNet-8 grids, the digits, the held-out ConvMixer and DenseNet, the
+ResNet-8 with its statistics re-estimated) are what their records (``results/``) give, its "At a glance" counts are those tables'
 verdicts and the README's tally is that table's, the paper comparison
 (``results/real_paper/paper.md``, and RESULTS.md's Table 1 from it) is what its records and the
 paper's numbers give, and the digits records are what the code gives today (a sample re-run)."""
@@ -23,7 +24,8 @@ RESULTS = ROOT / "RESULTS.md"
 GRID = ROOT / "configs" / "successor_architectures.toml"
 METHODS = ["tbn", "iabn", "note", "unmix_tns", "datta", "dyn", "dyn_adaptive"]
 MODELS = {"npz resnet20-cifar10": "ResNet-20", "npz resnet8-mlperf-cifar10": "ResNet-8",
-          "digits": "digits ResNet-20"}
+          "digits": "digits ResNet-20", "npz convmixer": "ConvMixer", "npz densenet": "DenseNet",
+          "npz resnet8-refreshed": "ResNet-8"}
 """RESULTS.md's name of each model the records name by dataset and checkpoint."""
 TABLES = ["successor_architectures", "successor_architectures_200",
           "successor_architectures_200_seeds345", "successor_digits", "successor_digits_seeds345"]
@@ -35,7 +37,18 @@ GLANCE = {  # "At a glance" row: (records, model)
     "MLPerf-Tiny ResNet-8, 200 rows per domain, seeds 3-5": (
         "successor_architectures_200_seeds345", "ResNet-8"),
     "digits ResNet-20, seeds 3-5": ("successor_digits_seeds345", "digits ResNet-20"),
+    "ConvMixer, one map size throughout (held out)": ("dev_convmixer", "ConvMixer"),
+    "DenseNet-BC (held out)": ("dev_densenet", "DenseNet"),
+    "MLPerf-Tiny ResNet-8 on the odd rows, its BN statistics re-estimated on the clean even rows "
+    "(with its own on the same streams: 4 / 5 / 3)": ("resnet8_refreshed", "ResNet-8"),
 }
+OTHER = ["dev_convmixer", "dev_densenet", "resnet8_odd_rows", "resnet8_refreshed"]
+"""Records whose rows RESULTS.md writes in the layout of "Other architectures"."""
+SCENARIOS = {"continual": "continual", "crossmix": "CrossMix", "random": "Random",
+             "wild": "Wild 0.1"}
+NAMES = {"tbn": "TBN", "iabn": "IABN", "note": "NOTE", "unmix_tns": "UnMix-TNS", "datta": "DATTA",
+         "dyn": "DYN"}
+VERDICTS = {"+": "ahead", "=": "tie", "-": "behind"}
 
 
 def records(name: str) -> Path:
@@ -73,7 +86,16 @@ def verdicts(rows: list[str], model: str) -> tuple[int, int, int]:
 
 @pytest.fixture(scope="module")
 def computed() -> dict[str, list[str]]:
-    return {name: table_rows(name) for name in TABLES}
+    return {name: table_rows(name) for name in TABLES + OTHER}
+
+
+def cells(row: str) -> dict:
+    """A row of :func:`table_rows` by column: model, B, scenario, the methods' accuracies,
+    ``dyn_adaptive``'s, its difference to the best other, the verdict mark and that method."""
+    model, b, scenario, _, *accuracies, focus, _, best = row.strip("| ").split(" | ")
+    difference, mark, method = re.fullmatch(r"(.+\]) ([+=-]) \((\w+)\)", best).groups()
+    return dict(model=model, b=int(b), scenario=SCENARIOS[scenario], accuracies=accuracies,
+                focus=focus, difference=difference, mark=mark, best=NAMES[method])
 
 
 @pytest.mark.parametrize("name", TABLES)
@@ -87,6 +109,34 @@ def test_the_glance_counts_are_the_tables_verdicts(computed):
                         glance(), re.MULTILINE)
         assert row, label
         assert tuple(map(int, row.groups())) == verdicts(computed[name], model), label
+
+
+@pytest.mark.parametrize("name", ["dev_convmixer", "dev_densenet"])
+def test_the_held_out_rows_are_what_their_records_give(name, computed):
+    """"Other architectures" writes a table per batch size: each row of the records is in one."""
+    text = RESULTS.read_text()
+    for row in computed[name]:
+        c = cells(row)
+        written = (f"| {c['model']} | {c['scenario']} | {' | '.join(c['accuracies'])} | "
+                   f"{c['focus']} | {c['difference']} {VERDICTS[c['mark']]} ({c['best']}) |")
+        assert written in text, row
+
+
+def test_the_refreshed_resnet8_table_is_what_its_records_give(computed):
+    own, refreshed = ({(c["scenario"], c["b"]): c for c in map(cells, computed[name])}
+                      for name in ("resnet8_odd_rows", "resnet8_refreshed"))
+
+    def verdict(c):
+        text = f"**{c['difference']}**" if c["mark"] == "-" else c["difference"]
+        return f"{c['focus'].strip('*')} | {text} ({c['best']})"  # no bold accuracy there
+
+    written = [f"| {scenario} | {b} | {verdict(own[scenario, b])} | "
+               f"{verdict(refreshed[scenario, b])} |"
+               for scenario in SCENARIOS.values() for b in (64, 16, 4)]
+    assert documented_rows("| scenario | B | its own statistics:") == written
+    label = ("(with its own on the same streams: "
+             + " / ".join(map(str, verdicts(computed["resnet8_odd_rows"], "ResNet-8"))) + ")")
+    assert label in glance()
 
 
 def test_verdicts_read_the_last_column():

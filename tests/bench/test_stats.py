@@ -12,6 +12,7 @@ from dyntta.bench.stats import (
     bootstrap_interval,
     difference_interval,
     median_interval,
+    resampled_means,
     seed_interval,
 )
 
@@ -31,6 +32,21 @@ def test_bootstrap_interval_matches_scipy_percentile_bootstrap():
                           random_state=np.random.default_rng(1)).confidence_interval
     assert ours == pytest.approx((ref.low, ref.high), abs=2e-3)  # Monte Carlo error ~5e-4
     assert ours[0] < correct.sum() / counts.sum() < ours[1]
+
+
+@pytest.mark.parametrize("last", [64, 21])  # batches of one size, and a last smaller one
+def test_resampled_means_are_the_mean_over_seeds_of_the_drawn_batches_accuracies(last):
+    """A direct reading: the same draws (the generator's, seed by seed) summed by hand."""
+    runs = [batches(40, 64, p, seed=seed) for seed, p in enumerate((0.3, 0.6))]
+    for correct, counts in runs:
+        counts[-1], correct[-1] = last, min(correct[-1], last)
+    rng = np.random.default_rng(5)
+    expected = np.zeros(300)
+    for correct, counts in runs:
+        idx = rng.integers(0, 40, size=(300, 40))
+        expected += np.array([correct[i].sum() / counts[i].sum() for i in idx]) / 2
+    got = resampled_means(*zip(*runs), seed=5, resamples=300)
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_bootstrap_interval_width_matches_the_binomial_standard_error():

@@ -43,11 +43,13 @@ def _as_runs(correct: Sequence[Sequence[int]], counts: Sequence[Sequence[int]]):
 def _resampled_accuracy(runs, rng: np.random.Generator, resamples: int) -> np.ndarray:
     """(resamples, n_runs): accuracy of each run on batches drawn with replacement; the draw
     for a run depends only on its number of batches and ``rng``'s state, so two calls with equal
-    seeds and batch counts draw the same batches (pairing)."""
+    seeds and batch counts draw the same batches (pairing). Batches of one size draw that size
+    times their number of samples, exactly what summing the drawn sizes gives."""
     out = np.empty((resamples, len(runs)))
     for j, (c, n) in enumerate(runs):
         idx = rng.integers(0, c.size, size=(resamples, c.size))
-        out[:, j] = c[idx].sum(1) / n[idx].sum(1)
+        samples = n[0] * c.size if (n == n[0]).all() else n[idx].sum(1)
+        out[:, j] = c[idx].sum(1) / samples
     return out
 
 
