@@ -1,9 +1,10 @@
 """The shipped results are current: RESULTS.md's tables of ``dyn_adaptive`` against the
 baselines (the ResNet-20 and ResNet-8 grids, the digits, the held-out ConvMixer and DenseNet, the
-ResNet-8 with its statistics re-estimated) are what their records (``results/``) give, its "At a glance" counts are those tables'
-verdicts and the README's tally is that table's, the paper comparison
-(``results/real_paper/paper.md``, and RESULTS.md's Table 1 from it) is what its records and the
-paper's numbers give, and the digits records are what the code gives today (a sample re-run)."""
+ResNet-8 with its statistics re-estimated) are what their records (``results/``) give, its "At a
+glance" counts are those tables' verdicts and the README's tally is that table's, the paper
+comparison (``results/real_paper/paper.md``, and RESULTS.md's Table 1 from it) is what its records
+and the paper's numbers give, and the digits records are what the code gives today (a sample
+re-run)."""
 
 from __future__ import annotations
 
