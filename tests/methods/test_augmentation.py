@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.nn import functional as F
 
+import dyntta
 from dyntta.methods.augmentation import (
     StrongAugmentation,
     adjust_brightness,
@@ -34,9 +35,31 @@ def test_same_seed_same_output_and_the_range_is_kept():
     assert not torch.equal(a(x), first)  # a new draw per call
 
 
-def test_non_rgb_input_is_rejected():
-    with pytest.raises(ValueError, match="RGB"):
-        StrongAugmentation()(torch.rand(2, 1, 8, 8))
+def test_input_neither_rgb_nor_grayscale_is_rejected():
+    with pytest.raises(ValueError, match="RGB or grayscale"):
+        StrongAugmentation()(torch.rand(2, 4, 8, 8))
+
+
+def test_grayscale_images_take_torchvisions_grayscale_operations():
+    """The image is its own grey (contrast blends with its mean); saturation and hue leave it."""
+    x = random_images(4)[:, :1]
+    assert torch.equal(adjust_saturation(x, 1.5), x) and torch.equal(adjust_hue(x, 0.06), x)
+    mean = x.mean(dim=(1, 2, 3), keepdim=True)
+    torch.testing.assert_close(adjust_contrast(x, 0.7), (0.7 * x + 0.3 * mean).clamp(0, 1))
+    out = StrongAugmentation(seed=1)(x)
+    assert out.shape == x.shape and torch.equal(out, StrongAugmentation(seed=1)(x))
+    assert 0 <= out.min() and out.max() <= 1 and not torch.equal(out, x)
+
+
+@pytest.mark.parametrize("method", ["rotta", "vida"])
+def test_the_augmenting_methods_adapt_a_grayscale_model(method):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4),
+                                torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(4, 3)).eval()
+    adapted = dyntta.adapt(model, method)
+    for seed in range(10):  # RoTTA augments once it has seen 64 samples
+        assert torch.isfinite(adapted(random_images(8, seed=seed)[:, :1])).all()
 
 
 @settings(max_examples=30, deadline=None)

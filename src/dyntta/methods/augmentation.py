@@ -13,7 +13,8 @@ As in those codes, where torchvision transforms receive the whole batch as one t
 random parameters is drawn per call and applied to every image of the batch. The operations
 follow torchvision's tensor semantics (ITU-R 601 grey, HSV hue rotation, reflect-padded blur)
 but are written here in plain torch, so torchvision is not needed. Every draw comes from the
-augmenter's own seeded generators.
+augmenter's own seeded generators. Grayscale images (B, 1, H, W) take the same operations as
+torchvision applies to them: the image is its own grey, and saturation and hue leave it as it is.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class Ranges:
 
 
 class StrongAugmentation:
-    """Callable ``aug(x)`` for RGB images ``x: (B, 3, H, W)`` in [0, 1]; returns the same shape.
+    """Callable ``aug(x)`` for RGB or grayscale images ``x: (B, 3 or 1, H, W)`` in [0, 1];
+    returns the same shape.
 
     Args:
         seed: seeds every random choice; two augmenters with the same seed give the same
@@ -68,8 +70,9 @@ class StrongAugmentation:
         return self._noise[device]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if x.ndim != 4 or x.shape[1] != 3:
-            raise ValueError(f"augmentation expects RGB images (B, 3, H, W), got {tuple(x.shape)}")
+        if x.ndim != 4 or x.shape[1] not in (1, 3):
+            raise ValueError(f"augmentation expects RGB or grayscale images (B, 3 or 1, H, W), "
+                             f"got {tuple(x.shape)}")
         r = self.ranges
         h, w = x.shape[-2:]
         x = x.clamp(0.0, 1.0)
@@ -109,7 +112,10 @@ class StrongAugmentation:
 
 
 def grey(x: torch.Tensor) -> torch.Tensor:
-    """ITU-R 601-2 luma (B, 1, H, W) of RGB images (B, 3, H, W)."""
+    """ITU-R 601-2 luma (B, 1, H, W) of RGB images (B, 3, H, W); grayscale images are their
+    own."""
+    if x.shape[1] == 1:
+        return x
     weights = torch.tensor(GREY, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
     return (x * weights).sum(1, keepdim=True)
 
@@ -128,7 +134,7 @@ def adjust_contrast(x: torch.Tensor, factor: float) -> torch.Tensor:
 
 
 def adjust_saturation(x: torch.Tensor, factor: float) -> torch.Tensor:
-    return blend(x, grey(x), factor)
+    return x if x.shape[1] == 1 else blend(x, grey(x), factor)
 
 
 def adjust_gamma(x: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -137,7 +143,9 @@ def adjust_gamma(x: torch.Tensor, gamma: float) -> torch.Tensor:
 
 
 def adjust_hue(x: torch.Tensor, shift: float) -> torch.Tensor:
-    """Rotate the hue by ``shift`` turns (in [-0.5, 0.5]) in HSV space."""
+    """Rotate the hue by ``shift`` turns (in [-0.5, 0.5]) in HSV space (grayscale: none)."""
+    if x.shape[1] == 1:
+        return x
     h, s, v = rgb_to_hsv(x)
     return hsv_to_rgb(torch.remainder(h + shift, 1.0), s, v)
 
