@@ -1,6 +1,7 @@
 """The shipped results are current: RESULTS.md's tables of ``dyn_adaptive`` against the
 baselines (the ResNet-20 and ResNet-8 grids, the digits, the VGG and the depthwise net, the
-held-out ConvMixer and DenseNet, the ResNet-8 with its statistics re-estimated) are what their
+held-out models: the wide ResNet and the ResNet-18 at B = 64 and 16, the ConvMixer and the
+DenseNet; the ResNet-8 with its statistics re-estimated) are what their
 records (``results/``) give, its "At a glance" counts are those tables' verdicts and the README's
 tally is that table's, the paper comparison (``results/real_paper/paper.md``, and RESULTS.md's
 Table 1 from it) is what its records and the paper's numbers give, and the digits records are
@@ -27,7 +28,8 @@ METHODS = ["tbn", "iabn", "note", "unmix_tns", "datta", "dyn", "dyn_adaptive"]
 MODELS = {"npz resnet20-cifar10": "ResNet-20", "npz resnet8-mlperf-cifar10": "ResNet-8",
           "digits": "digits ResNet-20", "npz convmixer": "ConvMixer", "npz densenet": "DenseNet",
           "npz resnet8-refreshed": "ResNet-8", "npz vgg_bn_after_relu": "VGG, BN after ReLU",
-          "npz depthwise_net": "depthwise"}
+          "npz depthwise_net": "depthwise", "npz wide_resnet": "wide ResNet",
+          "npz resnet18_quarter": "ResNet-18, quarter width"}
 """RESULTS.md's name of each model the records name by dataset and checkpoint."""
 TABLES = ["successor_architectures", "successor_architectures_200",
           "successor_architectures_200_seeds345", "successor_digits", "successor_digits_seeds345"]
@@ -46,7 +48,7 @@ GLANCE = {  # "At a glance" row: (records, its models)
     "MLPerf-Tiny ResNet-8 on the odd rows, its BN statistics re-estimated on the clean even rows "
     "(with its own on the same streams: 4 / 5 / 3)": ("resnet8_refreshed", "ResNet-8"),
 }
-OTHER = ["dev_vgg_depthwise", "dev_convmixer", "dev_densenet", "resnet8_odd_rows",
+OTHER = ["dev_vgg_depthwise", "dev_wrn_r18", "dev_convmixer", "dev_densenet", "resnet8_odd_rows",
          "resnet8_refreshed"]
 """Records whose rows RESULTS.md writes in the layout of "Other architectures"."""
 SCENARIOS = {"continual": "continual", "crossmix": "CrossMix", "random": "Random",
@@ -116,7 +118,8 @@ def test_the_glance_counts_are_the_tables_verdicts(computed):
         assert tuple(map(int, row.groups())) == verdicts(computed[name], *models), label
 
 
-@pytest.mark.parametrize("name", ["dev_vgg_depthwise", "dev_convmixer", "dev_densenet"])
+@pytest.mark.parametrize("name", ["dev_vgg_depthwise", "dev_wrn_r18", "dev_convmixer",
+                                  "dev_densenet"])
 def test_the_held_out_rows_are_what_their_records_give(name, computed):
     """"Other architectures" writes a table per batch size: each row of the records is in one."""
     text = RESULTS.read_text()
