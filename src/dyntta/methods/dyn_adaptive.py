@@ -294,22 +294,21 @@ class DYNAdaptive(NormalizationMethod):
         the deep source weight: computed once per batch for all the layers."""
         if self._placeholders:
             self.assign_roles(x)
-        for m in self.modules():
-            if isinstance(m, PerCall):
-                m.call = 0
         self._match.observe(log_band_power(x.detach().float()))
         b = x.shape[0]
         rows, candidates = self.read_spectra(b)
         deep = next((m for m in self.layers() if isinstance(m, PooledNorm2d)), None)
         weight = None if deep is None else deep.filter_weights(self._balance, b)
         groups = None if rows or deep is None else self.deep_groups(weight, b)
-        for m in self.layers():
+        for m in self.modules():
             if isinstance(m, PooledNorm2d):
                 m.source_weight.copy_(self.deep_source_weight)
                 m.pool_weight, m.candidates = weight, groups
-            else:
+            elif isinstance(m, NeighbourhoodNorm2d):
                 m.domain_rows.fill_(rows)
                 m.candidates = candidates
+            elif isinstance(m, PerCall):
+                m.call = 0  # the forward's first call goes to its first layer
 
     @torch.no_grad()
     def step(self, x: torch.Tensor) -> torch.Tensor:
