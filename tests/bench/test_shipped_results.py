@@ -3,8 +3,9 @@
 VGG and the depthwise net, the held-out models; the ResNet-8 with its statistics re-estimated) are
 what their records (``results/``) give, every row of its "At a glance" counts is those tables'
 verdicts and the README's tally is that table's, the paper comparison
-(``results/real_paper/paper.md``, and RESULTS.md's Table 1 from it) is what its records and the
-paper's numbers give, and the digits records are what the code gives today (a sample re-run)."""
+(``results/real_paper/paper.md``, and RESULTS.md's Table 1 and digest from it) is what its records
+and the paper's numbers give, and the digits records are what the code gives today (a sample
+re-run)."""
 
 from __future__ import annotations
 
@@ -188,6 +189,26 @@ def test_the_paper_comparison_is_what_its_records_give():
     assert shipped.split("\n\n", 1)[1] == comparison(records)
     table1 = documented_rows("Table 1, CIFAR-10, CrossMix (protocol `dyn-paper`")
     assert len(table1) == 13 and all(row in shipped for row in table1)
+
+
+def test_the_digest_of_the_paper_comparison_is_paper_md():
+    """"Each table our runs cover": a row per section of ``paper.md``, in its order, with its
+    protocol, seeds, test images, DYN's accuracy beside the paper's and the rank agreement."""
+    sections = (ROOT / "results" / "real_paper" / "paper.md").read_text().split("\n### ")[1:]
+    rows = documented_rows("Each table our runs cover (`report --paper`, digested")
+    assert len(rows) == len(sections) == 16
+    for row, section in zip(rows, sections):
+        table, stream, protocol, methods, seeds, images, dyn, _, tau, _ = \
+            row.strip("| ").split(" | ")
+        ours = re.search(r"protocol (\S+), seeds ([\d ]+), (\d+) test images", section).groups()
+        accuracy, paper = re.search(r"^\| dyn \| (.+?) \| (.+?) \|", section, re.M).groups()
+        agreement = re.search(r"of the (\d+) methods .*: (\S+), 95% interval (\[.+?\])",
+                              section).groups()
+        assert section.startswith(f"{table}: cifar10, {stream.split(',')[0]}, B = 64")
+        assert (protocol, seeds, images) == (f"`{ours[0]}`", ", ".join(ours[1].split()),
+                                             f"{int(ours[2]):,}")
+        assert (dyn, methods, tau) == (f"{accuracy} ({paper})", agreement[0],
+                                       f"{agreement[1]} {agreement[2]}")
 
 
 @pytest.fixture(scope="module")
