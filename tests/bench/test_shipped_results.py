@@ -3,8 +3,8 @@
 VGG and the depthwise net, the held-out models; the ResNet-8 with its statistics re-estimated) are
 what their records (``results/``) give, every row of its "At a glance" counts is those tables'
 verdicts and the README's tally is that table's, the paper comparison
-(``results/real_paper/paper.md``, and RESULTS.md's Table 1 and digest from it) is what its records
-and the paper's numbers give, and the digits records are what the code gives today (a sample
+(``results/real_paper/paper.md``, and RESULTS.md's Table 1, digest and claims from it) is what its
+records and the paper's numbers give, and the digits records are what the code gives today (a sample
 re-run)."""
 
 from __future__ import annotations
@@ -209,6 +209,19 @@ def test_the_digest_of_the_paper_comparison_is_paper_md():
                                              f"{int(ours[2]):,}")
         assert (dyn, methods, tau) == (f"{accuracy} ({paper})", agreement[0],
                                        f"{agreement[1]} {agreement[2]}")
+
+
+def test_the_claims_figures_are_paper_md_s():
+    """Every difference with its interval in RESULTS.md's list of the paper's claims is one that
+    ``paper.md`` states for a claim."""
+    text = RESULTS.read_text()
+    listed = text[text.index("The paper's claims these runs cover"):
+                  text.index("## `dyn_adaptive` against the baselines")].replace("\u2212", "-")
+    paper = (ROOT / "results" / "real_paper" / "paper.md").read_text()
+    stated = paper[paper.index("## The paper's claims"):]
+    figures = [" ".join(f.split()) for f in re.findall(
+        r"[+-]\d+\.\d\d\s+\[[+-]\d+\.\d\d,\s+[+-]\d+\.\d\d\]", listed)]
+    assert len(figures) == 20 and all(f"ours {figure}," in stated for figure in figures)
 
 
 @pytest.fixture(scope="module")
