@@ -128,7 +128,7 @@ def test_the_glance_counts_are_the_tables_verdicts(computed):
         row = re.search(rf"^  \| {re.escape(label)} \| [^|]+ \| (\d+) \| (\d+) \| (\d+)",
                         glance(), re.MULTILINE)
         assert row, label
-        rows = [row for name in names for row in computed[name]]
+        rows = [line for name in names for line in computed[name]]
         assert tuple(map(int, row.groups())) == verdicts(rows, *models), label
     assert set(re.findall(r"^  \| ([^|]+?) \| \d+ \(", glance(), re.MULTILINE)) == set(GLANCE)
 
@@ -201,9 +201,9 @@ def digest_leads(records: list[dict]) -> list[tuple[str, str]]:
     def hits(runs):
         return [r["batch_correct"] for r in runs], [r["batch_n"] for r in runs]
 
-    out = []
+    out, groups = [], our_runs(records)
     for block, published in published_blocks(published_rows()).items():
-        for ours in our_runs(records):
+        for ours in groups:
             runs = common_seed_runs(ours.methods(tuple(block[2:]))) \
                 if ours.family == block[1] else {}
             if not runs:
