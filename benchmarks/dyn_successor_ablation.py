@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from dyntta.bench.config import load_grid
+from dyntta.bench.report import batches
 from dyntta.bench.results import append_record, read_results
 from dyntta.bench.runner import run_cell, source_for
 from dyntta.bench.sources import SourceOptions, resolve_source
@@ -159,8 +160,7 @@ def matrix(records, labels, reference="dyn"):
             seeds = {r["seed"] for r in by[lab]} & {r["seed"] for r in by[reference]}
             pick = [sorted((r for r in by[k] if r["seed"] in seeds), key=lambda r: r["seed"])
                     for k in (lab, reference)]
-            low, high = difference_interval(*[([r["batch_correct"] for r in rs],
-                                               [r["batch_n"] for r in rs]) for rs in pick])
+            low, high = difference_interval(*[batches(rs) for rs in pick])
             mark = "=" if low <= 0 <= high else ("+" if low > 0 else "-")
             cells.append(f"{acc[lab] - acc[reference]:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] "
                          f"{mark}")
@@ -179,7 +179,7 @@ def summarise(records, labels):
     for stream, by in sorted(runs.items(), key=lambda kv: tuple(str(v) for v in kv[0])):
         def hits(label, seeds):
             rs = sorted((r for r in by[label] if r["seed"] in seeds), key=lambda r: r["seed"])
-            return [r["batch_correct"] for r in rs], [r["batch_n"] for r in rs]
+            return batches(rs)
 
         acc = {lab: 100 * np.mean([r["accuracy"] for r in rs]) for lab, rs in by.items()}
         baselines = [lab for lab in acc if lab not in VARIANTS]

@@ -19,6 +19,7 @@ from benchmarks.dyn_successor_ablation import compact, read_labelled
 from dyntta.bench.config import load_grid
 from dyntta.bench.paper import (common_seed_runs, comparison, our_runs, published_blocks,
                                 published_rows)
+from dyntta.bench.report import batches
 from dyntta.bench.results import read_results
 from dyntta.bench.runner import run_cell, source_for
 from dyntta.bench.sources import SourceOptions, resolve_source
@@ -168,12 +169,12 @@ def test_the_b64_comparison_is_what_its_records_give():
     DYN, and names the CIFAR-10 ResNet-20 "CIFAR"."""
     labels = ["dyn", "tbn", "iabn", "note", "unmix_tns", "datta", "dyn_adaptive"]
     table = compact(read_labelled(records("dyn_adaptive_b64")), labels, "dyn_adaptive")
-    written = []
+    streams, written = {**SCENARIOS, "shuffle": "Shuffle", "wild": "Wild"}, []
     for line in table.splitlines()[2:]:
         dataset, _, scenario, _, *accuracies, _, best = line.strip("| ").split(" | ")
         difference, method = re.fullmatch(r"(.+) \((\w+)\)", best).groups()
-        name = {**SCENARIOS, "shuffle": "Shuffle", "wild": "Wild"}[scenario]
-        written.append(f"| {'CIFAR' if dataset.startswith('npz') else dataset} | {name} | "
+        written.append(f"| {'CIFAR' if dataset.startswith('npz') else dataset} | "
+                       f"{streams[scenario]} | "
                        f"{' | '.join(accuracies)} | {difference} ({NAMES[method]}) |")
     assert documented_rows("`results/dyn_adaptive_b64/results.jsonl`") == written
 
@@ -185,12 +186,18 @@ def test_verdicts_read_the_last_column():
     assert verdicts(rows, "M") == (0, 1, 1) and verdicts(rows, "N") == (1, 0, 0)
 
 
-def test_the_paper_comparison_is_what_its_records_give():
-    folder = ROOT / "results" / "real_paper"
+PAPER = ROOT / "results" / "real_paper"
+
+
+@pytest.fixture(scope="module")
+def paper_records() -> list[dict]:
     with pytest.warns(UserWarning, match="repeats cell"):  # two grids share 12 cells (RESULTS.md)
-        records = read_results(folder / "results.jsonl")
-    shipped = (folder / "paper.md").read_text()
-    assert shipped.split("\n\n", 1)[1] == comparison(records)
+        return read_results(PAPER / "results.jsonl")
+
+
+def test_the_paper_comparison_is_what_its_records_give(paper_records):
+    shipped = (PAPER / "paper.md").read_text()
+    assert shipped.split("\n\n", 1)[1] == comparison(paper_records)
     table1 = documented_rows("Table 1, CIFAR-10, CrossMix (protocol `dyn-paper`")
     assert len(table1) == 13 and all(row in shipped for row in table1)
 
@@ -199,9 +206,6 @@ def digest_leads(records: list[dict]) -> list[tuple[str, str]]:
     """Per compared table column (``comparison``'s order): our best of the paper's methods, with
     those tied with it (paired interval holds 0) and the paper's best, and ``dyn_adaptive`` minus
     our best with its paired interval, as RESULTS.md's digest writes them."""
-    def hits(runs):
-        return [r["batch_correct"] for r in runs], [r["batch_n"] for r in runs]
-
     out, groups = [], our_runs(records)
     for block, published in published_blocks(published_rows()).items():
         for ours in groups:
@@ -212,24 +216,22 @@ def digest_leads(records: list[dict]) -> list[tuple[str, str]]:
             accuracy = {m: np.mean([r["accuracy"] for r in rs]) for m, rs in runs.items()}
             best = max((m for m in runs if m in published), key=accuracy.get)
             tied = [m for m in runs if m in published and m != best
-                    and difference_interval(hits(runs[best]), hits(runs[m]))[0] <= 0]
+                    and difference_interval(batches(runs[best]), batches(runs[m]))[0] <= 0]
             paper_best = max(published, key=lambda m: published[m]["accuracy"])
-            low, high = difference_interval(hits(runs["dyn_adaptive"]), hits(runs[best]))
+            low, high = difference_interval(batches(runs["dyn_adaptive"]), batches(runs[best]))
             lead = 100 * (accuracy["dyn_adaptive"] - accuracy[best])
             out.append((best + (f" (tied: {', '.join(tied)})" if tied else "")
                         + f" ({paper_best})", f"{lead:+.2f} [{100 * low:+.2f}, {100 * high:+.2f}]"))
     return out
 
 
-def test_the_digest_of_the_paper_comparison_is_paper_md():
+def test_the_digest_of_the_paper_comparison_is_paper_md(paper_records):
     """"Each table our runs cover": a row per section of ``paper.md``, in its order, with its
     protocol, seeds, test images, DYN's accuracy beside the paper's and the rank agreement from
     there, and the best methods and ``dyn_adaptive``'s lead from the records."""
-    folder = ROOT / "results" / "real_paper"
-    sections = (folder / "paper.md").read_text().split("\n### ")[1:]
+    sections = (PAPER / "paper.md").read_text().split("\n### ")[1:]
     rows = documented_rows("Each table our runs cover (`report --paper`, digested")
-    with pytest.warns(UserWarning, match="repeats cell"):
-        leads = digest_leads(read_results(folder / "results.jsonl"))
+    leads = digest_leads(paper_records)
     assert len(rows) == len(sections) == len(leads) == 16
     for row, section, lead in zip(rows, sections, leads):
         table, stream, protocol, methods, seeds, images, dyn, best, tau, ahead = \
@@ -252,7 +254,7 @@ def test_the_claims_figures_are_paper_md_s():
     text = RESULTS.read_text()
     listed = text[text.index("The paper's claims these runs cover"):
                   text.index("## `dyn_adaptive` against the baselines")].replace("\u2212", "-")
-    paper = (ROOT / "results" / "real_paper" / "paper.md").read_text()
+    paper = (PAPER / "paper.md").read_text()
     stated = paper[paper.index("## The paper's claims"):]
     figures = [" ".join(f.split()) for f in re.findall(
         r"[+-]\d+\.\d\d\s+\[[+-]\d+\.\d\d,\s+[+-]\d+\.\d\d\]", listed)]
