@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d
 from dyntta.norm.layers import mix, normalize
 from dyntta.norm.neighbours import nearest_neighbours
-from dyntta.norm.stats import instance_stats, neighbourhood_stats, weighted_stats
+from dyntta.norm.stats import instance_stats, neighbourhood_stats, rows, weighted_stats
 from tests.norm.test_layers import mixed_batch, source_bn
 
 
@@ -56,6 +56,15 @@ def test_nearest_neighbours_among_candidates_are_their_most_similar_rows(
 def test_nearest_neighbours_names_queries_outside_the_pool(queries):
     with pytest.raises(ValueError, match="queries must be in 1..3"):
         nearest_neighbours(torch.randn(3, 2), 2, queries)
+
+
+@given(st.integers(0, 10_000), st.integers(1, 40), st.integers(1, 9), st.lists(
+    st.integers(1, 6), min_size=0, max_size=3), st.sampled_from([torch.float32, torch.float64]))
+def test_rows_are_advanced_indexing_bit_for_bit(seed, pool, channels, shape, dtype):
+    g = torch.Generator().manual_seed(seed)
+    table = torch.randn(pool, channels, generator=g, dtype=dtype)
+    index = torch.randint(0, pool, tuple(shape), generator=g)
+    assert torch.equal(rows(table, index), table[index])
 
 
 def test_neighbourhood_stats_are_the_statistics_of_the_pooled_pixels():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from dyntta.norm.lisc import unit_rows
+from dyntta.norm.stats import rows
 
 
 def nearest_neighbours(pool: torch.Tensor, n: int, queries: int,
@@ -37,5 +38,5 @@ def nearest_neighbours(pool: torch.Tensor, n: int, queries: int,
     if candidates is None:
         similarity = unit[-queries:] @ unit.T
         return similarity.topk(min(n, pool.shape[0]), dim=1).indices
-    similarity = torch.bmm(unit[candidates], unit[-queries:, :, None])[:, :, 0]  # (queries, K)
+    similarity = torch.bmm(rows(unit, candidates), unit[-queries:, :, None])[:, :, 0]  # (queries, K)
     return candidates.gather(1, similarity.topk(min(n, candidates.shape[1]), dim=1).indices)
