@@ -19,6 +19,7 @@ import dyntta
 from dyntta.data import cli as data_cli
 from dyntta.analysis import cli as analysis_cli
 from dyntta.bench import cli as bench_cli
+from dyntta.bench.executors import warning_printer
 from dyntta.bench.results import RunFolderBusy
 from dyntta.methods import available_methods, method_class
 from dyntta.models import cli as models_cli
@@ -101,13 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run one sub-command; bad input, file-system errors and Ctrl-C end with one line on stderr
     (exit status 2, or 130 when interrupted), never a traceback; a warning is one line too."""
     args = build_parser().parse_args(argv)
-
-    def warning_line(message, *_args, **_kwargs) -> None:  # not the file and line that warned
-        print(f"dyntta {args.command}: warning: {message}", file=sys.stderr)
-
     try:
         with warnings.catch_warnings():
-            warnings.showwarning = warning_line
+            warnings.showwarning = warning_printer(f"dyntta {args.command}")
             return args.run(args)
     except (ValueError, RunFolderBusy) as exc:
         print(f"dyntta {args.command}: error: {exc}", file=sys.stderr)

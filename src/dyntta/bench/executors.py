@@ -109,11 +109,15 @@ def _worker_start() -> None:
     make, which a worker stopped mid-cell could not release (Python warns of a leak at exit).
     A warning is one line, as the command shows its own."""
     tqdm.set_lock(threading.RLock())
-    warnings.showwarning = _warning_line
+    warnings.showwarning = warning_printer("dyntta worker")
 
 
-def _warning_line(message, *_args, **_kwargs) -> None:  # not the file and line that warned
-    print(f"dyntta worker: warning: {message}", file=sys.stderr)
+def warning_printer(who: str) -> Callable[..., None]:
+    """A ``warnings.showwarning`` that prints ``{who}: warning: {message}``, one line on stderr
+    (not the file and line that warned)."""
+    def show(message, *_args, **_kwargs) -> None:
+        print(f"{who}: warning: {message}", file=sys.stderr)
+    return show
 
 
 def _terminate(pool: concurrent.futures.ProcessPoolExecutor) -> None:

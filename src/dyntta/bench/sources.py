@@ -44,8 +44,8 @@ from dyntta.data import (
 )
 from dyntta.data.corruptions import RECIPE_SIZES
 from dyntta.data.datasets import LABELS_FILE, check_images, check_labels, to_tensor
-from dyntta.models import load_checkpoint, statistics_hits
-from dyntta.models.factory import build_from_factory
+from dyntta.models import statistics_hits
+from dyntta.models.factory import load_model
 from dyntta.models.refresh import statistics_gap
 
 DATASETS = ("digits", "cifar10-c", "cifar100-c", "imagenet-c", "npz")
@@ -146,7 +146,7 @@ def resolve_source(
         path = None if factory else Path(__file__).parent / DIGITS_MODEL
     else:
         path = resolve_path(checkpoint, options)
-    model = build_from_factory(factory, path) if factory else load_checkpoint(path)
+    model = load_model(path, factory)
     return open_dataset(entry, options, progress, model, quiet,
                         model_name=path.name if path else factory,
                         checkpoint_sha256=file_sha256(path) if path else None,

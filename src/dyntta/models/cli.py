@@ -37,8 +37,8 @@ def run(args: argparse.Namespace) -> int:
 
     from dyntta.atomic import atomic_path, check_writable
     from dyntta.data.datasets import check_images, check_labels, load_npz, to_tensor
-    from dyntta.models import load_checkpoint, refresh_statistics, save_checkpoint, statistics_hits
-    from dyntta.models.factory import build_from_factory
+    from dyntta.models import refresh_statistics, save_checkpoint, statistics_hits
+    from dyntta.models.factory import load_model
 
     if args.out is None and not args.check:
         raise ValueError("give --out (the checkpoint to write) or --check")
@@ -58,10 +58,7 @@ def run(args: argparse.Namespace) -> int:
         draw = torch.randperm(len(rows), generator=torch.Generator().manual_seed(args.seed))
         rows = rows[draw[:count].numpy()]
     images = images[rows]
-    if args.model:
-        model = build_from_factory(args.model, args.checkpoint)
-    else:
-        model = load_checkpoint(args.checkpoint)
+    model = load_model(args.checkpoint, args.model)
     if args.check:
         print(verdict(statistics_hits(model, to_tensor(images),
                                       torch.from_numpy(labels[rows]).long(), args.batch_size),

@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 from torch import nn
 
-from dyntta.models.checkpoint import load_state_checked, read_state_dict
+from dyntta.models.checkpoint import load_checkpoint, load_state_checked, read_state_dict
 
 
 @contextlib.contextmanager
@@ -61,3 +61,10 @@ def build_from_factory(path: str, checkpoint: str | os.PathLike | None = None) -
         _, state = read_state_dict(checkpoint)
         load_state_checked(model, state, str(Path(checkpoint)))
     return model.eval()
+
+
+def load_model(checkpoint: str | os.PathLike | None, factory: str | None = None) -> nn.Module:
+    """The model ``factory`` builds, with ``checkpoint`` loaded into it if given
+    (:func:`build_from_factory`); without a factory, the ``checkpoint`` of a known architecture
+    (:func:`~dyntta.models.load_checkpoint`)."""
+    return build_from_factory(factory, checkpoint) if factory else load_checkpoint(checkpoint)
