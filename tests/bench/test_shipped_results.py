@@ -1,4 +1,5 @@
-"""The shipped results are current: RESULTS.md's tables of ``dyn_adaptive`` against the baselines
+"""The shipped results are current: RESULTS.md's default benchmark (table and paired differences)
+and its tables of ``dyn_adaptive`` against the baselines
 (the ResNet-20 and the digits at B = 64, the ResNet-20 and ResNet-8 grids, the digits, B = 1, the
 VGG and the depthwise net, the held-out models; the ResNet-8 with its statistics re-estimated) are
 what their records (``results/``) give, every row of its "At a glance" counts is those tables'
@@ -19,7 +20,7 @@ from benchmarks.dyn_successor_ablation import compact, read_labelled
 from dyntta.bench.config import load_grid
 from dyntta.bench.paper import (common_seed_runs, comparison, our_runs, published_blocks,
                                 published_rows)
-from dyntta.bench.report import batches
+from dyntta.bench.report import batches, table
 from dyntta.bench.results import read_results
 from dyntta.bench.runner import run_cell, source_for
 from dyntta.bench.sources import SourceOptions, resolve_source
@@ -259,6 +260,32 @@ def test_the_claims_figures_are_paper_md_s():
     figures = [" ".join(f.split()) for f in re.findall(
         r"[+-]\d+\.\d\d\s+\[[+-]\d+\.\d\d,\s+[+-]\d+\.\d\d\]", listed)]
     assert len(figures) == 20 and all(f"ours {figure}," in stated for figure in figures)
+
+
+def test_the_default_benchmark_table_is_what_its_records_give():
+    # the column note as `dyntta bench` prints it (wrapped in RESULTS.md), then the table
+    note, written = table(read_results(records("default")), ["dataset", "scenario"])[0].split(
+        "\n\n")
+    assert " ".join(note.split()) in " ".join(RESULTS.read_text().split())
+    assert documented_rows("`results/default/results.jsonl`") == written.splitlines()[2:]
+
+
+def test_the_default_benchmark_differences_are_what_their_records_give():
+    runs = {(r["config"]["method"], r["config"]["scenario"]): [r]
+            for r in read_results(records("default"))}
+    label = {**NAMES, "dyn_adaptive": "`dyn_adaptive`", "source": "source"}
+    written = []
+    for a, b in [("dyn_adaptive", "iabn"), ("dyn_adaptive", "note"), ("dyn_adaptive", "dyn"),
+                 ("iabn", "note"), ("tbn", "dyn"), ("dyn", "source")]:
+        columns = []
+        for scenario in ("crossmix", "random", "shuffle"):
+            first, second = runs[a, scenario], runs[b, scenario]
+            low, high = difference_interval(batches(first), batches(second))
+            mark = "=" if low <= 0 <= high else "+" if low > 0 else "-"
+            difference = 100 * (first[0]["accuracy"] - second[0]["accuracy"])
+            columns.append(f"{difference:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] {mark}")
+        written.append(f"| {label[a]} - {label[b]} | {' | '.join(columns)} |")
+    assert documented_rows("Paired differences (points") == written
 
 
 @pytest.fixture(scope="module")
