@@ -192,6 +192,25 @@ def test_a_layer_run_more_often_than_on_the_first_batch_is_one_error_line():
             method(random_images(6))
 
 
+def test_a_layer_run_once_on_the_first_batch_and_twice_later_is_one_error_line():
+    class Doubled(nn.Module):  # the BN layer runs twice on a batch of more than 4
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = nn.Conv2d(3, 3, 1), random_bn(3)
+
+        def forward(self, x):
+            x = self.bn(self.conv(x))
+            return (self.bn(x) if x.shape[0] > 4 else x).mean((2, 3))
+
+    method = dyntta.adapt(Doubled(), "dyn_adaptive")
+    with torch.no_grad():
+        method(random_images(4))
+        method(random_images(3))
+        with pytest.raises(ValueError, match="ran more than once in one forward; the first "
+                                             "batch ran it once"):
+            method(random_images(6))
+
+
 def test_a_layer_run_twice_keeps_its_layers_through_saved_state():
     method = dyntta.adapt(TwoViews(Chain()), "dyn_adaptive", window=8, shallow_window=16)
     fresh = dyntta.adapt(TwoViews(Chain()), "dyn_adaptive", window=8, shallow_window=16)

@@ -301,6 +301,8 @@ class DYNAdaptive(NormalizationMethod):
         weight = None if deep is None else deep.filter_weights(self._balance, b)
         groups = None if rows or deep is None else self.deep_groups(weight, b)
         for m in self.modules():
+            if isinstance(m, WindowedNorm2d):
+                m.calls = 0  # each runs once per forward (those of a PerCall once each)
             if isinstance(m, PooledNorm2d):
                 m.source_weight.copy_(self.deep_source_weight)
                 m.pool_weight, m.candidates = weight, groups

@@ -223,6 +223,9 @@ class WindowedNorm2d(SourceNorm2d):
     :func:`widened_instance_rule`.
     Normalises in the fused kernel (:func:`~dyntta.norm.normalize`).
 
+    Its owner, which runs it once per forward, sets ``calls`` to 0 before each forward; a
+    second call in that forward then raises.
+
     Args:
         bn: the source BatchNorm2d.
         window: W >= 0 samples to remember. Stateful: :meth:`reset_window` empties it.
@@ -238,6 +241,7 @@ class WindowedNorm2d(SourceNorm2d):
             raise ValueError(f"window must be >= 0 (samples), got {window}")
         self.window = window
         self.instance = instance
+        self.calls: int | None = None  # in this forward, counted once its owner sets it to 0
         self.reset_window()
 
     def reset_window(self) -> None:
@@ -257,6 +261,11 @@ class WindowedNorm2d(SourceNorm2d):
         return min(max(0, self.window - batch_size), remembered)
 
     def statistics(self, x):
+        if not torch.compiler.is_compiling() and self.calls is not None:
+            self.calls += 1
+            if self.calls > 1:  # a second call would read and record the first one's window
+                raise ValueError("this BN module ran more than once in one forward; the first "
+                                 "batch ran it once")
         mu, s2 = instance_stats(x)
         n_window = self.n_window(x.shape[0])
         operator = self.traced_operator if compiled_here(mu) else self.operator
