@@ -1,12 +1,11 @@
 """The shipped results are current: RESULTS.md's default benchmark (table and paired differences)
-and its tables of ``dyn_adaptive`` against the baselines
-(the ResNet-20 and the digits at B = 64, the ResNet-20 and ResNet-8 grids, the digits, B = 1, the
-VGG and the depthwise net, the held-out models; the ResNet-8 with its statistics re-estimated) are
-what their records (``results/``) give, every row of its "At a glance" counts is those tables'
-verdicts and the README's tally is that table's, the paper comparison
-(``results/real_paper/paper.md``, and RESULTS.md's Table 1, digest and claims from it) is what its
-records and the paper's numbers give, and the digits records are what the code gives today (a sample
-re-run)."""
+and its tables of ``dyn_adaptive`` against the baselines (the ResNet-20 and the digits at B = 64,
+the ResNet-20 and ResNet-8 grids, the digits, B = 1, the VGG and the depthwise net, the held-out
+models; the ResNet-8 with its statistics re-estimated) are what their records (``results/``) give,
+every row of its "At a glance" counts is those tables' verdicts and the README's tally is that
+table's, the paper comparison (``results/real_paper/paper.md``, and RESULTS.md's Table 1, digest
+and claims from it) is what its records and the paper's numbers give, and the digits records are
+what the code gives today (a sample re-run)."""
 
 from __future__ import annotations
 

@@ -38,5 +38,6 @@ def nearest_neighbours(pool: torch.Tensor, n: int, queries: int,
     if candidates is None:
         similarity = unit[-queries:] @ unit.T
         return similarity.topk(min(n, pool.shape[0]), dim=1).indices
-    similarity = torch.bmm(rows(unit, candidates), unit[-queries:, :, None])[:, :, 0]  # (queries, K)
+    # (queries, K): each query's similarity to its candidates
+    similarity = torch.bmm(rows(unit, candidates), unit[-queries:, :, None])[:, :, 0]
     return candidates.gather(1, similarity.topk(min(n, candidates.shape[1]), dim=1).indices)
