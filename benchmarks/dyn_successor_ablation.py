@@ -79,6 +79,13 @@ def variant_cells(grid, names):
     return out
 
 
+def marked(difference: float, low: float, high: float) -> str:
+    """A difference in points with its 95% interval ``(low, high)``, given as fractions, and
+    its mark: ``=`` where the interval holds 0 (a tie), else ``+`` or ``-``."""
+    mark = "=" if low <= 0 <= high else ("+" if low > 0 else "-")
+    return f"{difference:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] {mark}"
+
+
 def compact(records, labels, focus):
     """One Markdown row per stream: every label's accuracy (bold: the best and every label tied
     with it), then ``focus`` minus dyn and minus the best other label, with paired 95%
@@ -117,9 +124,7 @@ def compact(records, labels, focus):
             return percentile_interval(draws_a - draws_b)
 
         def diff(ref):
-            low, high = interval(focus, ref)
-            mark = "=" if low <= 0 <= high else ("+" if low > 0 else "-")
-            return f"{acc[focus] - acc[ref]:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] {mark}"
+            return marked(acc[focus] - acc[ref], *interval(focus, ref))
 
         top = max(acc, key=acc.get)
 
@@ -160,10 +165,8 @@ def matrix(records, labels, reference="dyn"):
             seeds = {r["seed"] for r in by[lab]} & {r["seed"] for r in by[reference]}
             pick = [sorted((r for r in by[k] if r["seed"] in seeds), key=lambda r: r["seed"])
                     for k in (lab, reference)]
-            low, high = difference_interval(*[batches(rs) for rs in pick])
-            mark = "=" if low <= 0 <= high else ("+" if low > 0 else "-")
-            cells.append(f"{acc[lab] - acc[reference]:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] "
-                         f"{mark}")
+            cells.append(marked(acc[lab] - acc[reference],
+                                *difference_interval(*[batches(rs) for rs in pick])))
         lines.append(f"| {lab} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.dyn_successor_ablation import compact, read_labelled
+from benchmarks.dyn_successor_ablation import compact, marked, read_labelled
 from dyntta.bench.config import load_grid
 from dyntta.bench.paper import (common_seed_runs, comparison, our_runs, published_blocks,
                                 published_rows)
@@ -168,9 +168,9 @@ def test_the_b64_comparison_is_what_its_records_give():
     """"`dyn_adaptive` against the baselines" writes DYN first, no B or seeds, no difference to
     DYN, and names the CIFAR-10 ResNet-20 "CIFAR"."""
     labels = ["dyn", "tbn", "iabn", "note", "unmix_tns", "datta", "dyn_adaptive"]
-    table = compact(read_labelled(records("dyn_adaptive_b64")), labels, "dyn_adaptive")
+    compacted = compact(read_labelled(records("dyn_adaptive_b64")), labels, "dyn_adaptive")
     streams, written = {**SCENARIOS, "shuffle": "Shuffle", "wild": "Wild"}, []
-    for line in table.splitlines()[2:]:
+    for line in compacted.splitlines()[2:]:
         dataset, _, scenario, _, *accuracies, _, best = line.strip("| ").split(" | ")
         difference, method = re.fullmatch(r"(.+) \((\w+)\)", best).groups()
         written.append(f"| {'CIFAR' if dataset.startswith('npz') else dataset} | "
@@ -279,10 +279,9 @@ def test_the_default_benchmark_differences_are_what_their_records_give():
         columns = []
         for scenario in ("crossmix", "random", "shuffle"):
             first, second = runs[a, scenario], runs[b, scenario]
-            low, high = difference_interval(batches(first), batches(second))
-            mark = "=" if low <= 0 <= high else "+" if low > 0 else "-"
             difference = 100 * (first[0]["accuracy"] - second[0]["accuracy"])
-            columns.append(f"{difference:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] {mark}")
+            columns.append(marked(difference,
+                                  *difference_interval(batches(first), batches(second))))
         written.append(f"| {label[a]} - {label[b]} | {' | '.join(columns)} |")
     assert documented_rows("Paired differences (points") == written
 
