@@ -27,7 +27,8 @@ from dyntta.bench.report import batches
 from dyntta.bench.results import append_record, read_results
 from dyntta.bench.runner import run_cell, source_for
 from dyntta.bench.sources import SourceOptions, resolve_source
-from dyntta.bench.stats import difference_interval, percentile_interval, resampled_means
+from dyntta.bench.stats import (
+    difference_interval, percentile_interval, resampled_means, same_batches)
 
 # the grouping alone: no source, no instance rule, no deep window
 GROUPING = {"prior_strength": 1e-6, "balanced_alpha": 0.0, "balance_power": 0.0,
@@ -119,7 +120,7 @@ def compact(records, labels, focus):
         def interval(a, b):  # difference_interval's, paired, with each label's draws reused
             seeds = tuple(sorted({r["seed"] for r in by[a]} & {r["seed"] for r in by[b]}))
             (counts_a, draws_a), (counts_b, draws_b) = resampled(a, seeds), resampled(b, seeds)
-            if counts_a != counts_b:
+            if not same_batches(counts_a, counts_b):
                 raise ValueError(f"{a} and {b} ran other batches on {stream}: not paired")
             return percentile_interval(draws_a - draws_b)
 

@@ -13,6 +13,7 @@ from dyntta.bench.stats import (
     difference_interval,
     median_interval,
     resampled_means,
+    same_batches,
     seed_interval,
 )
 
@@ -123,3 +124,11 @@ def test_bad_inputs_are_errors():
         bootstrap_interval([5], [3])
     with pytest.raises(ValueError, match="same streams"):
         difference_interval(([[1, 2]], [[4, 4]]), ([[1]], [[4]]))
+
+
+def test_same_batches_pairs_only_equal_seeds_and_batches():
+    runs = [[64, 64, 16], [64, 64, 16]]
+    assert same_batches(runs, [list(r) for r in runs])
+    assert not same_batches(runs, runs[:1])  # a seed fewer
+    assert not same_batches(runs, [[64, 64, 16], [64, 64, 15]])  # another last batch
+    assert not same_batches(runs, [[64, 64], [64, 64]])

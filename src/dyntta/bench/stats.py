@@ -118,12 +118,20 @@ def difference_interval(
     both ran on the same streams (same seeds in the same order, the same planned batches), so
     the same resampled batches score both; otherwise the two are resampled independently.
     """
-    a, b = _as_runs(*first), _as_runs(*second)
-    if paired and (len(a) != len(b) or any(not np.array_equal(x[1], y[1]) for x, y in zip(a, b))):
+    for run in (first, second):
+        _as_runs(*run)  # malformed input is named as such before the pairing check
+    if paired and not same_batches(first[1], second[1]):
         raise ValueError("a paired comparison needs the same streams: equal seeds and batches")
     da = resampled_means(*first, seed=seed, resamples=resamples)
     db = resampled_means(*second, seed=seed if paired else seed + 1, resamples=resamples)
     return percentile_interval(da - db, confidence)
+
+
+def same_batches(first: Sequence[Sequence[int]], second: Sequence[Sequence[int]]) -> bool:
+    """Whether two methods' runs (samples per batch, one list per seed) have the same seeds and
+    batches, so that their bootstrap draws pair."""
+    return len(first) == len(second) and all(
+        np.array_equal(x, y) for x, y in zip(first, second))
 
 
 def resampled_means(correct: Sequence[Sequence[int]], counts: Sequence[Sequence[int]],
