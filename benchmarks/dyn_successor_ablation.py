@@ -22,11 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from dyntta.bench.config import load_grid
+from dyntta.bench.config import DatasetEntry, load_grid
 from dyntta.bench.report import batches
 from dyntta.bench.results import append_record, read_results
-from dyntta.bench.runner import run_cell, source_for
-from dyntta.bench.sources import SourceOptions, resolve_source
+from dyntta.bench.runner import rows_fingerprint, run_cell, source_for
+from dyntta.bench.sources import SourceOptions, corrupted_images, resolve_source
+from dyntta.data import make_stream
 from dyntta.bench.stats import (
     difference_interval, percentile_interval, resampled_means, same_batches)
 
@@ -85,6 +86,36 @@ def marked(difference: float, low: float, high: float) -> str:
     its mark: ``=`` where the interval holds 0 (a tie), else ``+`` or ``-``."""
     mark = "=" if low <= 0 <= high else ("+" if low > 0 else "-")
     return f"{difference:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] {mark}"
+
+
+def by_batch_kind(records, options: SourceOptions) -> list[dict]:
+    """Each record of a stream that holds batches of one domain and batches that mix domains
+    (Random, Shuffle, Wild) as two, one per kind, its scenario labelled with the kind (records
+    of other streams left out). The kinds come from the stream the record ran on, planned again
+    from its configuration (its rows' fingerprint checked); no model runs."""
+    datasets, split = {}, []
+    for r in records:
+        c = r["config"]
+        entry = DatasetEntry(**c["dataset"])
+        if entry not in datasets:
+            datasets[entry] = corrupted_images(entry, options)[0]
+        stream = make_stream(datasets[entry], n_domains=c["n_domains"], severity=c["severity"],
+                             scenario=c["scenario"], batch_size=c["batch_size"],
+                             rounds=c["rounds"], seed=c["seed"], delta=c["delta"],
+                             n_samples=c["n_samples"])
+        if rows_fingerprint(stream) != r["rows_fingerprint"]:
+            raise ValueError(f"the stream planned here for {c['scenario']} B={c['batch_size']} "
+                             f"seed {c['seed']} is not the one its record ran on")
+        one = np.array([len(np.unique(p[:, 1])) == 1 for p in stream.plan])
+        if one.all() or not one.any():
+            continue
+        for kind, keep in (("one domain", one), ("mixed", ~one)):
+            hits = np.asarray(r["batch_correct"])[keep]
+            sizes = np.asarray(r["batch_n"])[keep]
+            split.append({**r, "config": {**c, "scenario": f"{c['scenario']}, {kind}"},
+                          "batch_correct": hits.tolist(), "batch_n": sizes.tolist(),
+                          "accuracy": hits.sum() / sizes.sum()})
+    return split
 
 
 def compact(records, labels, focus):
@@ -227,6 +258,9 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--reference", default="dyn",
                         help="the label --matrix subtracts (default dyn; e.g. successor for a "
                         "sensitivity sweep)")
+    parser.add_argument("--batch-kinds", action="store_true",
+                        help="each stream that holds both kinds apart: its batches of one "
+                        "domain and those that mix domains (Random, Shuffle, Wild)")
     return parser.parse_args(argv)
 
 
@@ -252,6 +286,8 @@ def main(argv=None) -> None:
         wanted = {(stream_id(c.to_dict()), lab) for lab, c in cells}
         records = [r for r in read_labelled(args.out)
                    if (stream_id(r["config"]), r["variant"]) in wanted]
+    if args.batch_kinds:
+        records = by_batch_kind(records, options)
     if args.matrix:
         print(matrix(records, labels, args.reference))
     else:

@@ -16,10 +16,9 @@ import argparse
 
 import torch
 
-from dyntta.bench.sources import (
-    SourceOptions, cache_root, corrupted_npz, file_sha256, resolve_path)
-from dyntta.data import CORRUPTIONS, load_digits_c, load_npz, make_stream
-from dyntta.data.datasets import check_images
+from dyntta.bench.config import DatasetEntry
+from dyntta.bench.sources import SourceOptions, corrupted_images
+from dyntta.data import make_stream
 from dyntta.norm.spectrum import log_band_power, signature_spread, spread_threshold
 
 QUANTILES = (0.0, 0.05, 0.5, 0.95, 1.0)
@@ -42,17 +41,6 @@ def spreads(dataset, scenarios, batch_size: int, seeds, n_samples: int | None,
     return one, mixed
 
 
-def corrupted_images(dataset: str, path: str, options: SourceOptions):
-    """The 15 corruptions at severity 5 of the digits or of the .npz file ``path``, built (or
-    found in the cache) as a bench builds them; no model is needed."""
-    if dataset == "digits":
-        return load_digits_c(cache_root(options), CORRUPTIONS, severities=(5,), progress=False)
-    file = resolve_path(path, options)
-    x, y = load_npz(file, "npz dataset")
-    check_images(x, str(file))
-    return corrupted_npz(x, y, file.stem, file_sha256(file), options, progress=False)
-
-
 def summary(values: list[float]) -> str:
     q = torch.tensor(values).quantile(torch.tensor(QUANTILES))
     return " / ".join(f"{float(v):.2f}" for v in q)
@@ -70,8 +58,9 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--n-samples", type=int, default=100, help="rows per domain")
     args = parser.parse_args()
-    dataset = corrupted_images(args.dataset, args.path,
-                               SourceOptions(args.data_dir, args.cache_dir, severities=(5,)))
+    entry = DatasetEntry(args.dataset, args.path if args.dataset == "npz" else None)
+    dataset, _ = corrupted_images(entry, SourceOptions(args.data_dir, args.cache_dir,
+                                                       severities=(5,)))
     where = args.path if args.dataset == "npz" else ""
     print(f"{args.dataset} {where}: spread of the batches' signatures (nats), "
           "min / 5% / median / 95% / max; misjudged at the threshold of B images")

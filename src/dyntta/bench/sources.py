@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import warnings
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -172,27 +173,14 @@ def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, mo
     a few of its images has been checked (:func:`output_classes`) against its labels.
     ``quiet``: skip the checks whose only outcome is a warning (a worker process resolving a
     source the run's own process has already checked)."""
-    check_dataset_name(entry)
     what = f"dataset {entry.name!r} with model {identity['model_name']}"
-    data_sha256 = None
-    if entry.name == "digits":
-        dataset = load_digits_c(cache_root(options), CORRUPTIONS[: options.domains],
-                                severities=options.severities,
-                                progress=progress)
-    elif entry.name == "npz":
-        if entry.path is None:
-            raise ValueError("dataset 'npz' needs path = the .npz file of clean test images")
-        path = resolve_path(entry.path, options)
-        x, y = load_npz(path, "npz dataset")
-        check_images(x, str(path))
+
+    def check_clean(x: np.ndarray, y: np.ndarray, path: Path) -> None:
         check_labels(y, str(path), output_classes(model, x, what))  # before building the set
         if not quiet:
             warn_if_stale(model, x, y, what)
-        data_sha256 = file_sha256(path)
-        dataset = corrupted_npz(x, y, path.stem, data_sha256, options, progress, entry.recipe)
-    else:
-        folder = corrupted_folder(entry, options)
-        dataset = load_corrupted(folder.parent, folder.name)
+
+    dataset, data_sha256 = corrupted_images(entry, options, progress, check_clean)
     first = dataset.images(dataset.corruptions[0], dataset.severities[0])
     classes = output_classes(model, first, what)
     expected = CLASSES.get(entry.name)
@@ -205,6 +193,32 @@ def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, mo
         warnings.warn(f"{what}: its labels use classes 0..{used - 1} of the model's {classes}; "
                       "check that they are the model's classes", stacklevel=2)
     return Source(entry.name, dataset, model, data_sha256=data_sha256, **identity)
+
+
+def corrupted_images(
+    entry: DatasetEntry, options: SourceOptions, progress: bool = False,
+    check_clean: Callable[[np.ndarray, np.ndarray, Path], None] | None = None,
+) -> tuple[CorruptedDataset, str | None]:
+    """The corrupted test set of ``entry`` as a bench opens it (``digits`` and ``npz`` built
+    here once, then cached), and the sha256 of an ``npz`` file (else None); no model needed.
+    ``check_clean(x, y, path)`` sees an ``npz`` file's clean images and labels before its set is
+    built."""
+    check_dataset_name(entry)
+    if entry.name == "digits":
+        return load_digits_c(cache_root(options), CORRUPTIONS[: options.domains],
+                             severities=options.severities, progress=progress), None
+    if entry.name == "npz":
+        if entry.path is None:
+            raise ValueError("dataset 'npz' needs path = the .npz file of clean test images")
+        path = resolve_path(entry.path, options)
+        x, y = load_npz(path, "npz dataset")
+        check_images(x, str(path))
+        if check_clean is not None:
+            check_clean(x, y, path)
+        digest = file_sha256(path)
+        return corrupted_npz(x, y, path.stem, digest, options, progress, entry.recipe), digest
+    folder = corrupted_folder(entry, options)
+    return load_corrupted(folder.parent, folder.name), None
 
 
 def check_dataset_name(entry: DatasetEntry) -> None:
