@@ -60,7 +60,8 @@ from dyntta.methods.registry import register
 from dyntta.norm import ClassBalance, SourceBatchNorm2d, WindowMatch
 from dyntta.norm.adaptive import NeighbourhoodNorm2d, PerCall, PooledNorm2d, WindowedNorm2d
 from dyntta.norm.mixing import label_balance_weight
-from dyntta.norm.spectrum import MIN_IMAGES, log_band_power, nearest_spectra, one_domain
+from dyntta.norm.spectrum import (
+    MIN_IMAGES, SAME_DOMAIN_SHIFT, domain_shift, log_band_power, nearest_spectra, one_domain)
 
 FIRST_WEIGHT = DYNConfig.alpha
 """The deep layers' source weight before the first prediction: DYN's."""
@@ -262,16 +263,21 @@ class DYNAdaptive(NormalizationMethod):
         it say:
 
         - how many of the last images are one domain: ``max(B, MIN_IMAGES)`` when the spectra
-          of that many say so (:func:`~dyntta.norm.spectrum.one_domain`), else B when those of
-          the batch alone do (at the stricter threshold of fewer images), else 0;
+          of that many say so (:func:`~dyntta.norm.spectrum.one_domain`) and, below
+          ``MIN_IMAGES``, those of the batch do not lie apart from those of the images before
+          it (:func:`~dyntta.norm.spectrum.domain_shift`), else B when those of the batch alone
+          say so (at the stricter threshold of fewer images), else 0;
         - on a batch not of one domain, each image's ``MIN_IMAGES`` candidate neighbours: (B, K)
           indices into the pool of the neighbourhood layers (the last ``max(shallow_window, B)``
           images, as many as seen) of the images whose spectra are nearest its own
           (:func:`~dyntta.norm.spectrum.nearest_spectra`); None on a batch of one domain."""
         b, recent = batch_size, self._match.current
         last = recent[-max(b, MIN_IMAGES) :]
-        # a batch of MIN_IMAGES or more is `last` itself: judged once
-        rows = last.shape[0] if one_domain(last) else \
+        # a batch of MIN_IMAGES or more is `last` itself: judged once; the images before a
+        # smaller one join it only where their spectra do not lie apart from its own
+        one = one_domain(last) and (
+            last.shape[0] == b or domain_shift(last, b) < SAME_DOMAIN_SHIFT)
+        rows = last.shape[0] if one else \
             b if b < MIN_IMAGES and one_domain(recent[-b:]) else 0
         if rows:
             return rows, None

@@ -39,6 +39,12 @@ FEW_IMAGES_SPREAD = 0.8
 images: fewer images spread less even when they mix domains (of batches of 16 that mix, the
 least spread 0.84 to 1.07 nats on the three image sets; of one domain, the median 0.45 to 0.64)."""
 
+SAME_DOMAIN_SHIFT = 4.0
+"""The largest :func:`domain_shift` between a batch and the images just before it for them to
+count as one domain: of windows of 32 images truly of one domain, at B = 16 and 4, 96-99% fall
+under it on the three image sets; of those that join the batch to another domain yet pass
+``ONE_DOMAIN_SPREAD``, 13-39% at B = 16 and 65-81% at B = 4."""
+
 EDGE = 1e-9
 """Bins this close below a band's edge count as on it."""
 
@@ -115,6 +121,18 @@ def nearest_spectra(signatures: torch.Tensor, k: int, queries: int,
         distance = distance.masked_fill(~allowed, float("inf"))
         n = int(allowed.sum())
     return distance.topk(min(k, n), dim=1, largest=False).indices
+
+
+def domain_shift(signatures: torch.Tensor, batch: int) -> torch.Tensor:
+    """How far the mean signature of the last ``batch`` of (n, D) :func:`log_band_power`
+    signatures lies from that of the rows before them, in units of its standard error: the
+    mean over the D entries of ``(m_1 - m_2)^2 / (s^2 (1 / n_1 + 1 / n_2))``, ``s^2`` the two
+    groups' pooled variance (a 0-dim tensor; near 1 when both come from one domain)."""
+    before, after = signatures[:-batch], signatures[-batch:]
+    spread = (before - before.mean(0)).square().sum(0) + (after - after.mean(0)).square().sum(0)
+    variance = spread / (signatures.shape[0] - 2)
+    difference = (after.mean(0) - before.mean(0)).square()
+    return (difference / (variance * (1 / before.shape[0] + 1 / batch))).mean()
 
 
 def spread_threshold(n: int) -> float:
