@@ -3,6 +3,7 @@ layers' source weight, against direct readings of each rule."""
 
 from __future__ import annotations
 
+import math
 from copy import deepcopy
 
 import pytest
@@ -15,7 +16,7 @@ from dyntta.methods.dyn_adaptive import FIRST_WEIGHT
 from dyntta.norm import AlphaBatchNorm2d, ClassBalance, WindowMatch
 from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d, WindowedNorm2d
 from dyntta.norm.mixing import label_balance_weight
-from dyntta.norm.spectrum import log_band_power
+from dyntta.norm.spectrum import domain_shift, log_band_power
 from tests.conftest import random_images, tiny_resnet
 from tests.norm.bn_helpers import random_bn
 from tests.norm.test_spectrum import blurred, noisy, smooth_images
@@ -404,6 +405,31 @@ def test_neighbourhood_layers_pool_the_last_images_only_when_they_are_one_domain
     torch.testing.assert_close(method._match.current, log_band_power(torch.cat(batches)))
     method.reset()
     assert method._match.current is None
+
+
+def group(n: int, mean: float, seed: int) -> torch.Tensor:
+    """(n, 12) signatures whose every entry has sample mean ``mean`` and standard deviation 0.3
+    across the n rows."""
+    x = torch.randn(n, 12, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return (x - x.mean(0)) / x.std(0) * 0.3 + mean
+
+
+@pytest.mark.parametrize("batch", [16, 4])
+@pytest.mark.parametrize(("shift", "joined"), [(0.0, True), (3.9, True), (4.1, False)])
+def test_the_images_before_a_batch_join_it_only_where_their_spectra_do_not_lie_apart(
+        batch, shift, joined):
+    """Batch and earlier images each spread by 0.3 nats, the 32 together by well under 1.2;
+    their mean signatures lie ``shift`` squared standard errors apart (the two-sample reading
+    of :func:`~dyntta.norm.spectrum.domain_shift`). Under 4 the 32 are one group; over it a
+    batch of 16 is judged alone (0.3 < 0.8 nats) and one of 4, too few to judge, is not."""
+    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive")
+    offset = 0.3 * math.sqrt(shift * (1 / batch + 1 / (32 - batch)))
+    method._match.current = torch.cat([group(100, 2.0, seed=1), group(32 - batch, 3.0, seed=2),
+                                       group(batch, 3.0 + offset, seed=3)])
+    assert float(domain_shift(method._match.current[-32:], batch)) == pytest.approx(shift)
+    rows, candidates = method.read_spectra(batch)
+    assert rows == (32 if joined else 16 if batch == 16 else 0)
+    assert (candidates is None) == bool(rows)
 
 
 def test_neighbourhood_layers_search_the_spectrally_nearest_images_of_their_pool():

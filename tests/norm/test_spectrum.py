@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.nn import functional as F
@@ -16,6 +17,7 @@ from dyntta.norm.spectrum import (
     FEWEST_IMAGES,
     MIN_IMAGES,
     ONE_DOMAIN_SPREAD,
+    domain_shift,
     log_band_power,
     nearest_spectra,
     one_domain,
@@ -133,3 +135,19 @@ def test_nearest_spectra_of_two_corruptions_keep_to_each_one():
     signatures = log_band_power(torch.cat([noisy(base[:16], seed=12), blurred(base[16:])]))
     index = nearest_spectra(signatures, 16, 32)
     assert (index < 16).all(1)[:16].all() and (index >= 16).all(1)[16:].all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 30), st.integers(18, 40), st.integers(1, 12), st.integers(0, 2**16),
+       st.floats(0.0, 2.0))
+def test_domain_shift_is_the_mean_squared_two_sample_t_statistic(batch, n, d, seed, offset):
+    """Per entry, Student's two-sample t (pooled variance) of the batch against the rows before
+    it; the shift is the mean of its squares over the entries."""
+    batch = min(batch, n - 2)
+    g = torch.Generator().manual_seed(seed)
+    signatures = torch.randn(n, d, generator=g, dtype=torch.float64)
+    signatures[-batch:] += offset
+    t = stats.ttest_ind(signatures[-batch:].numpy(), signatures[:-batch].numpy(),
+                        equal_var=True).statistic
+    assert float(domain_shift(signatures, batch)) == pytest.approx(float(np.mean(t**2)),
+                                                                   rel=1e-9)
