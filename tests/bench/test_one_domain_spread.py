@@ -4,10 +4,11 @@ come from one domain; partial batches left out."""
 from __future__ import annotations
 
 import pytest
+import torch
 
-from benchmarks.one_domain_spread import spreads
+from benchmarks.one_domain_spread import spreads, window_shifts
 from dyntta.data import make_stream
-from dyntta.norm.spectrum import log_band_power, signature_spread
+from dyntta.norm.spectrum import domain_shift, log_band_power, one_domain, signature_spread
 from tests.bench.helpers import tiny_source
 
 
@@ -25,3 +26,22 @@ def test_full_batches_are_filed_by_their_domains(seed):
     assert one == [] and len(mixed) == 7
     assert len(set(mixed)) == 7  # seven different batches
 
+
+
+def test_window_shifts_read_each_batch_against_the_images_before_it():
+    """Continual batches of 4 over 3 domains of 40 images: every window of 32 that passes the
+    spread test is filed by whether its 32 images share one domain, with the batch's shift from
+    the 28 before it."""
+    dataset = tiny_source().dataset
+    one, mixed = window_shifts(dataset, ["continual"], 4, [0], None, n_domains=3)
+    batches = list(make_stream(dataset, n_domains=3, scenario="continual", batch_size=4, seed=0))
+    images = torch.cat([b.x for b in batches])
+    domains = torch.cat([b.domain for b in batches])
+    expected = {True: [], False: []}
+    for end in range(32, len(images) + 1, 4):
+        window = log_band_power(images[end - 32 : end])
+        if one_domain(window):
+            truth = len(domains[end - 32 : end].unique()) == 1
+            expected[truth].append(float(domain_shift(window, 4)))
+    assert (one, mixed) == (expected[True], expected[False])
+    assert one and mixed  # both kinds occur here
