@@ -9,8 +9,9 @@ they run, with the size of their feature maps (found by one probe forward on the
   (:class:`~dyntta.norm.adaptive.NeighbourhoodNorm2d`), searched among the ``MIN_IMAGES`` (32)
   images whose spectra are nearest the sample's (:func:`~dyntta.norm.spectrum.nearest_spectra`);
   where the spectra of the batch's images, topped up to 32 with the images just before it, say
-  they are one domain (:func:`~dyntta.norm.spectrum.one_domain`), those images are one group
-  there instead;
+  they are one domain (:func:`~dyntta.norm.spectrum.one_domain`) and the batch's do not lie
+  apart from those before it (:func:`~dyntta.norm.spectrum.domain_shift`), those images are one
+  group there instead;
 - those at the last map size (:func:`pools`) pool the batch with the last ``deep_window``
   samples, of which they keep those whose spectra look like the current pool's
   (:class:`~dyntta.norm.WindowMatch`) and, of those, the most recent ``deep_balance`` of each
