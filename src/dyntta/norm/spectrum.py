@@ -17,8 +17,8 @@ The constants come from the spreads the CIFAR-10 and digits test images give, no
 its spectra"): at severity 5 (seeds 0-2, the four stream scenarios), full batches of 64 from one
 corruption spread by 0.14 to 0.97 nats and batches that mix corruptions by 1.24 to 2.37; of batches
 of 32, none of one domain and 0-2.2% of the mixed ones fall on the wrong side of 1.2; of batches of
-16, none of the mixed ones falls under 0.8; of windows of 32 images truly of one domain, 96-99%
-lie under 4 standard errors from the batch of 16 or 4 at their end. They read the images only, so
+16, none of the mixed ones falls under 0.8; in 96-99% of the windows of 32 images truly of one
+domain, the batch of 16 or 4 at their end lies under 4 squared standard errors from the rest. They read the images only, so
 they do not depend on the network.
 """
 
@@ -128,8 +128,8 @@ def nearest_spectra(signatures: torch.Tensor, k: int, queries: int,
 
 def domain_shift(signatures: torch.Tensor, batch: int) -> torch.Tensor:
     """How far the mean signature of the last ``batch`` of (n, D) :func:`log_band_power`
-    signatures lies from that of the rows before them, in units of its standard error: the
-    mean over the D entries of ``(m_1 - m_2)^2 / (s^2 (1 / n_1 + 1 / n_2))``, ``s^2`` the two
+    signatures lies from that of the rows before them, in squared standard errors: the mean
+    over the D entries of ``(m_1 - m_2)^2 / (s^2 (1 / n_1 + 1 / n_2))``, ``s^2`` the two
     groups' pooled variance (a 0-dim tensor; near 1 when both come from one domain)."""
     before, after = signatures[:-batch], signatures[-batch:]
     spread = (before - before.mean(0)).square().sum(0) + (after - after.mean(0)).square().sum(0)
