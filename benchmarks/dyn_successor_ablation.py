@@ -27,9 +27,9 @@ from dyntta.bench.report import batches
 from dyntta.bench.results import append_record, read_results
 from dyntta.bench.runner import rows_fingerprint, run_cell, source_for
 from dyntta.bench.sources import SourceOptions, corrupted_images, resolve_source
-from dyntta.data import make_stream
 from dyntta.bench.stats import (
     difference_interval, percentile_interval, resampled_means, same_batches)
+from dyntta.data import make_stream
 
 # the grouping alone: no source, no instance rule, no deep window
 GROUPING = {"prior_strength": 1e-6, "balanced_alpha": 0.0, "balance_power": 0.0,

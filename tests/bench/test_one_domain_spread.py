@@ -27,7 +27,6 @@ def test_full_batches_are_filed_by_their_domains(seed):
     assert len(set(mixed)) == 7  # seven different batches
 
 
-
 def test_window_shifts_read_each_batch_against_the_images_before_it():
     """Continual batches of 4 over 3 domains of 40 images: every window of 32 that passes the
     spread test is filed by whether its 32 images share one domain, with the batch's shift from

@@ -18,8 +18,8 @@ its spectra"): at severity 5 (seeds 0-2, the four stream scenarios), full batche
 corruption spread by 0.14 to 0.97 nats and batches that mix corruptions by 1.24 to 2.37; of batches
 of 32, none of one domain and 0-2.2% of the mixed ones fall on the wrong side of 1.2; of batches of
 16, none of the mixed ones falls under 0.8; in 96-99% of the windows of 32 images truly of one
-domain, the batch of 16 or 4 at their end lies under 4 squared standard errors from the rest. They read the images only, so
-they do not depend on the network.
+domain, the batch of 16 or 4 at their end lies under 4 squared standard errors from the rest. They
+read the images only, so they do not depend on the network.
 """
 
 from __future__ import annotations
