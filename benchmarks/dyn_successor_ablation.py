@@ -25,7 +25,7 @@ import numpy as np
 from dyntta.bench.config import DatasetEntry, load_grid
 from dyntta.bench.report import batches
 from dyntta.bench.results import append_record, read_results
-from dyntta.bench.runner import rows_fingerprint, run_cell, source_for
+from dyntta.bench.runner import STREAM_FIELDS, rows_fingerprint, run_cell, source_for
 from dyntta.bench.sources import SourceOptions, corrupted_images, resolve_source
 from dyntta.bench.stats import (
     difference_interval, percentile_interval, resampled_means, same_batches)
@@ -99,10 +99,7 @@ def by_batch_kind(records, options: SourceOptions) -> list[dict]:
         entry = DatasetEntry(**c["dataset"])
         if entry not in datasets:
             datasets[entry] = corrupted_images(entry, options)[0]
-        stream = make_stream(datasets[entry], n_domains=c["n_domains"], severity=c["severity"],
-                             scenario=c["scenario"], batch_size=c["batch_size"],
-                             rounds=c["rounds"], seed=c["seed"], delta=c["delta"],
-                             n_samples=c["n_samples"])
+        stream = make_stream(datasets[entry], **{name: c[name] for name in STREAM_FIELDS})
         if rows_fingerprint(stream) != r["rows_fingerprint"]:
             raise ValueError(f"the stream planned here for {c['scenario']} B={c['batch_size']} "
                              f"seed {c['seed']} is not the one its record ran on")

@@ -94,19 +94,15 @@ def rows_fingerprint(stream: Stream) -> str:
     return digest.hexdigest()[:16]
 
 
+STREAM_FIELDS = ("n_domains", "severity", "scenario", "batch_size", "rounds", "seed", "delta",
+                 "n_samples")
+"""The fields of a :class:`Cell` (and of its record's ``config``) that plan its stream: the
+arguments of :func:`~dyntta.data.make_stream` of the same names."""
+
+
 def stream_of(cell: Cell, source: Source) -> Stream:
     """The test stream of ``cell`` over ``source``'s dataset."""
-    return make_stream(
-        source.dataset,
-        n_domains=cell.n_domains,
-        severity=cell.severity,
-        scenario=cell.scenario,
-        batch_size=cell.batch_size,
-        rounds=cell.rounds,
-        seed=cell.seed,
-        delta=cell.delta,
-        n_samples=cell.n_samples,
-    )
+    return make_stream(source.dataset, **{name: getattr(cell, name) for name in STREAM_FIELDS})
 
 
 def bind(cell: Cell, source: Source, stream: Stream | None = None) -> Cell:
