@@ -10,6 +10,7 @@ what the code gives today (a sample re-run)."""
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -191,7 +192,8 @@ PAPER = ROOT / "results" / "real_paper"
 
 @pytest.fixture(scope="module")
 def paper_records() -> list[dict]:
-    with pytest.warns(UserWarning, match="repeats cell"):  # two grids share 12 cells (RESULTS.md)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every cell once, every line whole
         return read_results(PAPER / "results.jsonl")
 
 
