@@ -486,6 +486,34 @@ def test_pooling_layers_group_each_image_with_the_spectrally_nearest_rows_they_k
     assert all(m.candidates is None for m in layers(method) if isinstance(m, PooledNorm2d))
 
 
+
+def test_pooling_layers_judge_their_window_against_the_images_judged_one_domain():
+    """On a batch judged one domain the deep filter always keeps, and judges the older rows
+    against, the images judged one domain (here a blurred batch of 16 alone after 48 noisy
+    images, which it then drops), not the batch topped up to ``window``; on a mixed batch the
+    batch topped up again."""
+    method = dyntta.adapt(tiny_resnet(), "dyn_adaptive")
+    base = smooth_images(96, seed=7)
+    noise, blur = noisy(base[:48], seed=8), blurred(base[48:])
+    with torch.no_grad():
+        for start in (0, 16, 32):
+            method(noise[start : start + 16])
+    method.before_forward(blur[:16])
+    assert method._match.pool == 16
+    signatures = log_band_power(torch.cat([noise, blur[:16]]))
+    older, pool = signatures[:48], signatures[48:]
+    within = ((pool[:, None] - pool[None]) ** 2).sum(-1).sqrt().fill_diagonal_(float("inf"))
+    nearest = ((older[:, None] - pool[None]) ** 2).sum(-1).sqrt().min(1).values
+    expected = nearest <= torch.quantile(within.min(1).values, 0.9)
+    assert torch.equal(method._match.keep(48, 16), expected) and not expected.any()
+    deep = [m for m in layers(method) if isinstance(m, PooledNorm2d)]
+    assert deep and all(torch.equal(m.pool_weight, torch.cat([expected.float(), torch.ones(16)]))
+                        for m in deep)
+    with torch.no_grad():
+        method(blur[:16])
+    method.before_forward(torch.cat([noise[:8], blur[16:24]]))  # mixed: the last 64 again
+    assert method._match.pool == 64
+
 def test_compiled_network_follows_the_one_domain_test():
     torch._dynamo.reset()
     model = tiny_resnet()

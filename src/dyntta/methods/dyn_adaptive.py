@@ -14,7 +14,8 @@ they run, with the size of their feature maps (found by one probe forward on the
   group there instead;
 - those at the last map size (:func:`pools`) pool the batch with the last ``deep_window``
   samples, of which they keep those whose spectra look like the current pool's
-  (:class:`~dyntta.norm.WindowMatch`) and, of those, the most recent ``deep_balance`` of each
+  (:class:`~dyntta.norm.WindowMatch`; the pool: the last images the spectra say are one domain,
+  else the batch topped up to ``window``) and, of those, the most recent ``deep_balance`` of each
   predicted class (:class:`~dyntta.norm.ClassBalance`, NOTE's class-balanced memory), with a
   source weight that follows how evenly the last ``window`` predictions spread over the classes
   (:func:`~dyntta.norm.mixing.label_balance_weight`;
@@ -95,8 +96,9 @@ class DYNAdaptiveConfig:
     balanced_alpha, balance_power: the deep source weight for perfectly even predictions (0.4)
         and its power p (2: it leaves 1 as the square of the evenness).
     window: the predictions the deep source weight reads, the pool (batch topped up with the
-        most recent samples) that the deep layers' filter judges against, and each image's
-        group in those layers on a batch not of one domain; 64.
+        most recent samples) that the deep layers' filter judges against on a batch not of one
+        domain (on one, the images judged one domain), and each image's group in those layers
+        on such a batch; 64.
     shallow_window, deep_window: samples remembered by the neighbourhood layers (256) and by
         the pooling layers (512); each tops a batch of B up with ``window - B`` of them.
     deep_match: the quantile q in [0, 1] of :class:`~dyntta.norm.WindowMatch`; 0.1.
@@ -304,6 +306,8 @@ class DYNAdaptive(NormalizationMethod):
         self._match.observe(log_band_power(x.detach().float()))
         b = x.shape[0]
         rows, candidates = self.read_spectra(b)
+        # the deep filter keeps the images the spectra say are one domain, else the last window
+        self._match.pool = rows or self.config.window
         deep = next((m for m in self.layers() if isinstance(m, PooledNorm2d)), None)
         weight = None if deep is None else deep.filter_weights(self._balance, b)
         groups = None if rows or deep is None else self.deep_groups(weight, b)

@@ -23,8 +23,8 @@ class WindowMatch:
         memory: how many past samples' signatures to keep (at least the longest window that
             asks :meth:`keep`).
         pool: the most recent samples (batch included, at least the batch) that are always
-            kept and that the older ones are judged against; a layer's ``window`` with
-            ``top_up``.
+            kept and that the older ones are judged against; its owner may set it anew after
+            each :meth:`observe`, before the batch's first :meth:`keep`.
         quantile: q: an older sample is kept when its distance to the nearest pool member is
             at most the ``1 - q`` quantile of the pool members' distances to their nearest other
             member (0: as close as the pool's loneliest member; 0.5: as its median member).
