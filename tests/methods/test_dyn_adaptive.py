@@ -486,7 +486,6 @@ def test_pooling_layers_group_each_image_with_the_spectrally_nearest_rows_they_k
     assert all(m.candidates is None for m in layers(method) if isinstance(m, PooledNorm2d))
 
 
-
 def test_pooling_layers_judge_their_window_against_the_images_judged_one_domain():
     """On a batch judged one domain the deep filter always keeps, and judges the older rows
     against, the images judged one domain (here a blurred batch of 16 alone after 48 noisy
@@ -513,6 +512,7 @@ def test_pooling_layers_judge_their_window_against_the_images_judged_one_domain(
         method(blur[:16])
     method.before_forward(torch.cat([noise[:8], blur[16:24]]))  # mixed: the last 64 again
     assert method._match.pool == 64
+
 
 def test_compiled_network_follows_the_one_domain_test():
     torch._dynamo.reset()
