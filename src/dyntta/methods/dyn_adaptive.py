@@ -90,7 +90,9 @@ class DYNAdaptiveConfig:
 
     neighbours: n >= 1 nearest samples behind each sample's statistics in the neighbourhood
         layers (of its ``MIN_IMAGES`` spectral candidates); 8.
-    prior_strength: N > 0: those layers weight the source ``N / (N + n)``; 16.
+    prior_strength: N > 0: those layers weight the source ``N / (N + n)``; 16, or what
+        :func:`~dyntta.methods.source_strength.calibrate_prior_strength` reads for the model
+        on clean images of its domain.
     instance_k, instance_spread: the instance rule's band, ``max(k, c * sqrt(rho))`` standard
         errors (:func:`~dyntta.norm.adaptive.widened_instance_rule`); 8 and 2.5.
     balanced_alpha, balance_power: the deep source weight for perfectly even predictions (0.4)
