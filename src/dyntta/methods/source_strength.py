@@ -6,8 +6,9 @@ data's: with the true domains as clusters the CIFAR-10 ResNet-20 wants a third t
 it, the MLPerf-Tiny ResNet-8 none (docs/dyn-adaptive-rules.md, "What exact domain statistics
 say"), and no reading of the test features tells the models apart. The model's response to
 shifts it can be shown tells it: :func:`calibrate_prior_strength` runs ``dyn_adaptive`` at each
-candidate ``prior_strength`` N on the clean images under five synthetic shifts (none of them
-the benchmark's corruptions), mixed within every batch, and counts how often it predicts what
+candidate ``prior_strength`` N on the clean images under five synthetic shifts (simple ones of
+fixed strength, not the benchmark's corruptions, though four of their kinds are among its
+fifteen), mixed within every batch, and counts how often it predicts what
 the model predicts on the clean images. It keeps Schneider et al.'s N = 16 (the default) unless
 another candidate does better beyond the paired 95% interval.
 """
