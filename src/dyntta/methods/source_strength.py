@@ -8,9 +8,9 @@ say"), and no reading of the test features tells the models apart. The model's r
 shifts it can be shown tells it: :func:`calibrate_prior_strength` runs ``dyn_adaptive`` at each
 candidate ``prior_strength`` N on the clean images under five synthetic shifts (simple ones of
 fixed strength, not the benchmark's corruptions, though four of their kinds are among its
-fifteen), mixed within every batch, and counts how often it predicts what
-the model predicts on the clean images. It keeps Schneider et al.'s N = 16 (the default) unless
-another candidate does better beyond the paired 95% interval.
+fifteen), mixed within every batch, and counts how often it predicts what the model predicts on
+the clean images. It keeps Schneider et al.'s N = 16 (the default) unless another candidate does
+better beyond the paired 95% interval.
 """
 
 from __future__ import annotations
