@@ -20,6 +20,7 @@ from dyntta.bench.config import load_grid
 from dyntta.bench.sources import SourceOptions, resolve_path, resolve_source
 from dyntta.data.datasets import load_npz, to_tensor
 from dyntta.data.digits import load_digits_split
+from dyntta.methods.dyn_adaptive import DYNAdaptiveConfig
 from dyntta.methods.source_strength import CANDIDATES, calibrate_prior_strength
 
 
@@ -56,7 +57,8 @@ def main(argv=None) -> None:
         cells = []
         for n in CANDIDATES:
             low, high = result.interval[n]
-            versus = "" if n == 16 else f" ({100 * low:+.1f}, {100 * high:+.1f})"
+            versus = "" if n == DYNAdaptiveConfig.prior_strength \
+                else f" ({100 * low:+.1f}, {100 * high:+.1f})"
             cells.append(f"{100 * result.agreement[n]:.1f}{versus}")
         print(f"| {source.model_name} | {result.images} | " + " | ".join(cells)
               + f" | {result.prior_strength:g} |", flush=True)
