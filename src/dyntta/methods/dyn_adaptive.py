@@ -91,12 +91,13 @@ class DYNAdaptiveConfig:
     neighbours: n >= 1 nearest samples behind each sample's statistics in the neighbourhood
         layers (of its ``MIN_IMAGES`` spectral candidates); 8.
     prior_strength: N > 0: those layers weight the source ``N / (N + n)``; 16, or what
-        :func:`~dyntta.methods.source_strength.calibrate_prior_strength` reads for the model
+        :func:`~dyntta.methods.source_weights.calibrate_source_weights` reads for the model
         on clean images of its domain.
     instance_k, instance_spread: the instance rule's band, ``max(k, c * sqrt(rho))`` standard
         errors (:func:`~dyntta.norm.adaptive.widened_instance_rule`); 8 and 2.5.
-    balanced_alpha, balance_power: the deep source weight for perfectly even predictions (0.4)
-        and its power p (2: it leaves 1 as the square of the evenness).
+    balanced_alpha, balance_power: the deep source weight for perfectly even predictions (0.4,
+        or what :func:`~dyntta.methods.source_weights.calibrate_source_weights` reads) and its
+        power p (2: it leaves 1 as the square of the evenness).
     window: the predictions the deep source weight reads, the pool (batch topped up with the
         most recent samples) that the deep layers' filter judges against on a batch not of one
         domain (on one, the images judged one domain), and each image's group in those layers

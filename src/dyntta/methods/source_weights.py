@@ -5,17 +5,19 @@ The share of the source that serves a group of test samples best is the model's,
 data's: with the true domains as clusters the CIFAR-10 ResNet-20 wants a third to two thirds of
 it, the MLPerf-Tiny ResNet-8 none (docs/dyn-adaptive-rules.md, "What exact domain statistics
 say"), and no reading of the test features tells the models apart. The model's response to
-shifts it can be shown tells it: :func:`calibrate_prior_strength` runs ``dyn_adaptive`` at each
-candidate ``prior_strength`` N on the clean images under five synthetic shifts (simple ones of
-fixed strength, not the benchmark's corruptions, though four of their kinds are among its
-fifteen), mixed within every batch, and counts how often it predicts what the model predicts on
-the clean images. It keeps Schneider et al.'s N = 16 (the default) unless another candidate does
-better beyond the paired 95% interval.
+shifts it can be shown tells it: :func:`calibrate_source_weights` runs ``dyn_adaptive`` on the
+clean images under five synthetic shifts (simple ones of fixed strength, not the benchmark's
+corruptions, though four of their kinds are among its fifteen), mixed within every batch, at
+each candidate value of the two options that weight the source: ``prior_strength`` N (the
+neighbourhood layers) and then ``balanced_alpha`` (the deep layers), and counts how often it
+predicts what the model predicts on the clean images. Each keeps its default unless another
+candidate does better beyond the paired 95% interval.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -26,8 +28,9 @@ from dyntta.methods.registry import adapt
 
 SHIFTS = ("noise", "blur", "contrast", "brightness", "pixelate")
 """The synthetic shifts, each on an equal share of the images (:func:`synthetic_shift`)."""
-CANDIDATES = (1.0, 4.0, 16.0, 64.0)
-"""The prior strengths compared: the default 16 and factors of 4 either side."""
+CANDIDATES = {"prior_strength": (1.0, 4.0, 16.0, 64.0), "balanced_alpha": (0.0, 0.2, 0.4, 0.6)}
+"""The values compared, read in this order: N at the default 16 and factors of 4 either side,
+then the deep source weight at the default 0.4, none, and steps of 0.2 either side."""
 Z95 = 1.959964
 """The standard normal's 97.5% quantile: a two-sided 95% interval."""
 
@@ -56,44 +59,58 @@ def synthetic_shift(x: torch.Tensor, kind: str, generator: torch.Generator) -> t
 
 
 @dataclasses.dataclass(frozen=True)
-class Calibration:
-    """What :func:`calibrate_prior_strength` read.
+class Reading:
+    """What the calibration read for one option.
 
-    prior_strength: the N chosen.
-    agreement: for each candidate N, the share of the shifted images on which ``dyn_adaptive``
-        at N predicted the reference class.
-    interval: for each candidate N, the paired 95% interval of its agreement minus the
+    chosen: the value chosen.
+    agreement: for each candidate value, the share of the shifted images on which
+        ``dyn_adaptive`` predicted the reference class.
+    interval: for each candidate value, the paired 95% interval of its agreement minus the
         default's (normal, over the images).
     images: how many images were read.
     """
 
-    prior_strength: float
+    chosen: float
     agreement: dict[float, float]
     interval: dict[float, tuple[float, float]]
     images: int
 
 
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """What :func:`calibrate_source_weights` read: a :class:`Reading` per option, in the order
+    read; :attr:`options` are the values chosen, for ``adapt(model, "dyn_adaptive",
+    **calibration.options)``."""
+
+    readings: dict[str, Reading]
+
+    @property
+    def options(self) -> dict[str, float]:
+        return {name: reading.chosen for name, reading in self.readings.items()}
+
+
 @torch.no_grad()
-def calibrate_prior_strength(
+def calibrate_source_weights(
     model: nn.Module,
     images: torch.Tensor,
     labels: torch.Tensor | None = None,
     *,
-    candidates: tuple[float, ...] = CANDIDATES,
+    candidates: Mapping[str, tuple[float, ...]] = CANDIDATES,
     batch_size: int = 64,
     seed: int = 0,
 ) -> Calibration:
-    """The ``prior_strength`` of ``dyn_adaptive`` for ``model``, read on clean images.
+    """``dyn_adaptive``'s source weights for ``model``, read on clean images.
 
     The images are shuffled (``seed``), split into equal shares, one per synthetic shift
     (:func:`synthetic_shift`), and shuffled together into one stream of batches of
-    ``batch_size``, every batch a mixture of shifts. A fresh ``dyn_adaptive`` at each candidate
-    N runs the stream; its agreement is the share of images on which it predicts the reference:
-    ``labels`` where given, else the model's own prediction on the clean image normalised by the
-    statistics of its clean batch (TBN; a model whose source statistics are stale still predicts
-    well that way). The candidate of highest agreement is chosen where the lower end of its
-    paired 95% interval against the default N lies above 0 (:func:`choose`); otherwise the
-    default.
+    ``batch_size``, every batch a mixture of shifts. A fresh ``dyn_adaptive`` runs the stream at
+    each candidate value of each option in turn, the options read before at their chosen values
+    and the others at their defaults; its agreement is the share of images on which it predicts
+    the reference: ``labels`` where given, else the model's own prediction on the clean image
+    normalised by the statistics of its clean batch (TBN; a model whose source statistics are
+    stale still predicts well that way). The value of highest agreement is chosen where the
+    lower end of its paired 95% interval against the default lies above 0 (:func:`choose`);
+    otherwise the default.
 
     Args:
         model: a classifier of images (B, C, H, W) in [0, 1]; not modified.
@@ -102,9 +119,14 @@ def calibrate_prior_strength(
             docs/dyn-adaptive-rules.md differences of 1 to 2 points decide, which 10,000 images
             resolve and 2,000 not always.
         labels: (n,) classes, or None (the model's TBN predictions are the reference).
-        candidates: the strengths compared (> 0); the default is always among them.
+        candidates: the values compared for each option (fields of
+            :class:`~dyntta.methods.dyn_adaptive.DYNAdaptiveConfig`), read in this order; each
+            option's default is always among them.
     """
-    default = DYNAdaptiveConfig.prior_strength
+    fields = {f.name for f in dataclasses.fields(DYNAdaptiveConfig)}
+    unknown = sorted(set(candidates) - fields)
+    if unknown:
+        raise ValueError(f"unknown option(s) {', '.join(unknown)}; fields of DYNAdaptiveConfig")
     if images.ndim != 4 or len(images) < len(SHIFTS):
         raise ValueError(f"images must be (n, C, H, W) with n >= {len(SHIFTS)} (one per shift), "
                          f"got shape {tuple(images.shape)}")
@@ -123,28 +145,40 @@ def calibrate_prior_strength(
                          zip(SHIFTS, images.tensor_split(len(SHIFTS)))])
     mixed = torch.randperm(len(images), generator=generator).to(images.device)
     shifted, labels = shifted[mixed], labels[mixed]
-    hits = {}
-    for strength in sorted({*candidates, default}):
-        adapted = adapt(model, "dyn_adaptive", prior_strength=strength)
-        predicted = torch.cat([adapted(x).argmax(1) for x in shifted.split(batch_size)])
-        hits[strength] = (predicted == labels).double().cpu()
-    return choose(hits, default)
+    runs: dict[tuple, torch.Tensor] = {}  # hits by the options run, each stream run once
+
+    def hits(options: dict[str, float]) -> torch.Tensor:
+        key = tuple(sorted(options.items()))
+        if key not in runs:
+            adapted = adapt(model, "dyn_adaptive", **options)
+            predicted = torch.cat([adapted(x).argmax(1) for x in shifted.split(batch_size)])
+            runs[key] = (predicted == labels).double().cpu()
+        return runs[key]
+
+    chosen: dict[str, float] = {}
+    readings = {}
+    for name, values in candidates.items():
+        default = getattr(DYNAdaptiveConfig, name)
+        readings[name] = choose({v: hits({**chosen, name: v})
+                                 for v in sorted({*values, default})}, default)
+        chosen[name] = readings[name].chosen
+    return Calibration(readings)
 
 
-def choose(hits: dict[float, torch.Tensor], default: float) -> Calibration:
-    """The :class:`Calibration` of per-image ``hits`` (1 where the candidate N predicted the
-    reference, else 0; (n,) for each N, ``default`` among them): the N of highest agreement
-    where the lower end of its paired 95% interval against ``default`` (normal, the mean
-    difference plus or minus 1.96 standard errors over the images) lies above 0; otherwise
+def choose(hits: dict[float, torch.Tensor], default: float) -> Reading:
+    """The :class:`Reading` of per-image ``hits`` (1 where the candidate value led to the
+    reference, else 0; (n,) for each value, ``default`` among them): the value of highest
+    agreement where the lower end of its paired 95% interval against ``default`` (normal, the
+    mean difference plus or minus 1.96 standard errors over the images) lies above 0; otherwise
     ``default``."""
-    agreement = {n: float(h.mean()) for n, h in hits.items()}
+    agreement = {v: float(h.mean()) for v, h in hits.items()}
     interval = {}
-    for n, h in hits.items():
+    for v, h in hits.items():
         difference = h - hits[default]
         mean = float(difference.mean())
         half = Z95 * float(difference.std()) / len(difference) ** 0.5 \
             if len(difference) > 1 else float("inf")
-        interval[n] = (mean - half, mean + half)
+        interval[v] = (mean - half, mean + half)
     best = max(agreement, key=agreement.get)
     chosen = best if interval[best][0] > 0 else default
-    return Calibration(chosen, agreement, interval, len(hits[default]))
+    return Reading(chosen, agreement, interval, len(hits[default]))

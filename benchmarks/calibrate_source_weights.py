@@ -1,11 +1,12 @@
-"""``dyn_adaptive``'s prior strength for each model of a grid, read on clean images
-(:func:`~dyntta.methods.source_strength.calibrate_prior_strength`), as a Markdown table: the
-agreement at each candidate N, its paired 95% interval against the default 16, and the N chosen.
+"""``dyn_adaptive``'s source weights for each model of a grid, read on clean images
+(:func:`~dyntta.methods.source_weights.calibrate_source_weights`), as a Markdown table: for each
+option, the agreement at each candidate value, its paired 95% interval against the default, and
+the value chosen.
 
 The images are the clean ones the grid's streams corrupt (an ``npz`` file's, or the digits' test
 split), without their labels unless ``--labels``: all of them, or ``--images`` drawn by ``--seed``.
 
-    PYTHONPATH=src:. python benchmarks/calibrate_prior_strength.py \
+    PYTHONPATH=src:. python benchmarks/calibrate_source_weights.py \
         --grid configs/successor_architectures.toml --data-dir ../shared/data
 """
 
@@ -21,7 +22,7 @@ from dyntta.bench.sources import SourceOptions, resolve_path, resolve_source
 from dyntta.data.datasets import load_npz, to_tensor
 from dyntta.data.digits import load_digits_split
 from dyntta.methods.dyn_adaptive import DYNAdaptiveConfig
-from dyntta.methods.source_strength import CANDIDATES, calibrate_prior_strength
+from dyntta.methods.source_weights import calibrate_source_weights
 
 
 def clean_images(entry, options: SourceOptions) -> tuple[np.ndarray, np.ndarray]:
@@ -45,23 +46,24 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     options = SourceOptions(args.data_dir, None, severities=(5,))
-    print("| model | images | " + " | ".join(f"N = {n:g}" for n in CANDIDATES)
-          + " | chosen |\n|" + "---|" * (len(CANDIDATES) + 3))
+    print("| model | images | option | agreement in % at each value (95% interval against "
+          "the default) | chosen |\n|---|---|---|---|---|")
     for entry in load_grid(args.grid).datasets:
         source = resolve_source(entry, options, progress=False, quiet=True)
         x, y = clean_images(entry, options)
         rows = np.sort(np.random.default_rng(args.seed).permutation(len(y))[: args.images])
         labels = torch.from_numpy(y[rows]).long() if args.labels else None
-        result = calibrate_prior_strength(source.model, to_tensor(x[rows]), labels,
+        result = calibrate_source_weights(source.model, to_tensor(x[rows]), labels,
                                           seed=args.seed)
-        cells = []
-        for n in CANDIDATES:
-            low, high = result.interval[n]
-            versus = "" if n == DYNAdaptiveConfig.prior_strength \
-                else f" ({100 * low:+.1f}, {100 * high:+.1f})"
-            cells.append(f"{100 * result.agreement[n]:.1f}{versus}")
-        print(f"| {source.model_name} | {result.images} | " + " | ".join(cells)
-              + f" | {result.prior_strength:g} |", flush=True)
+        for name, reading in result.readings.items():
+            cells = []
+            for value, agreement in reading.agreement.items():
+                low, high = reading.interval[value]
+                versus = "" if value == getattr(DYNAdaptiveConfig, name) \
+                    else f" ({100 * low:+.1f}, {100 * high:+.1f})"
+                cells.append(f"{value:g}: {100 * agreement:.1f}{versus}")
+            print(f"| {source.model_name} | {reading.images} | `{name}` | " + "; ".join(cells)
+                  + f" | {reading.chosen:g} |", flush=True)
 
 
 if __name__ == "__main__":
