@@ -140,8 +140,9 @@ def test_each_option_is_read_at_the_values_chosen_before(monkeypatch):
     assert result.options == {"prior_strength": 4.0, "balanced_alpha": 0.0}
     assert calls == [{"prior_strength": 4.0}, {"prior_strength": 16.0},
                      {"prior_strength": 64.0},
-                     {"prior_strength": 4.0, "balanced_alpha": 0.0},
-                     {"prior_strength": 4.0, "balanced_alpha": 0.4}]
+                     {"prior_strength": 4.0, "balanced_alpha": 0.0}]
+    first = result.readings["prior_strength"]
+    assert result.readings["balanced_alpha"].agreement[0.4] == first.agreement[4.0]
 
 
 def test_the_model_is_unchanged_and_the_reading_repeats():

@@ -145,10 +145,11 @@ def calibrate_source_weights(
                          zip(SHIFTS, images.tensor_split(len(SHIFTS)))])
     mixed = torch.randperm(len(images), generator=generator).to(images.device)
     shifted, labels = shifted[mixed], labels[mixed]
-    runs: dict[tuple, torch.Tensor] = {}  # hits by the options run, each stream run once
+    runs: dict[tuple, torch.Tensor] = {}  # hits by the options off their defaults: one run each
 
     def hits(options: dict[str, float]) -> torch.Tensor:
-        key = tuple(sorted(options.items()))
+        key = tuple(sorted((name, value) for name, value in options.items()
+                           if value != getattr(DYNAdaptiveConfig, name)))
         if key not in runs:
             adapted = adapt(model, "dyn_adaptive", **options)
             predicted = torch.cat([adapted(x).argmax(1) for x in shifted.split(batch_size)])
