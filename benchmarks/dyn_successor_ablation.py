@@ -1,7 +1,8 @@
 """Sensitivity of ``dyn_adaptive``'s constants beside the baselines, with intervals.
 
 Runs the grid's methods (baselines) and, on the same streams, every variant below (``dyn_adaptive``
-with the options given, the others at its defaults), appending one record per
+with the options given, the others as the grid and the dataset set them for ``dyn_adaptive``, or
+at its defaults), appending one record per
 (dataset, stream, variant, seed) to a JSON-lines file (re-runs skip finished cells), then prints a
 Markdown table per (dataset, scenario, batch size): mean accuracy over seeds and the paired batch
 bootstrap 95% interval of the difference to ``dyn`` and to the best baseline
@@ -75,8 +76,10 @@ def variant_cells(grid, names):
         if stream in seen:
             continue
         seen.add(stream)
+        base = {**grid.options.get("dyn_adaptive", {}),
+                **cell.dataset.method_options("dyn_adaptive")}
         for name in names:
-            opts = tuple(sorted(VARIANTS[name].items()))
+            opts = tuple(sorted({**base, **VARIANTS[name]}.items()))
             out.append((name, dataclasses.replace(cell, method="dyn_adaptive", options=opts)))
     return out
 

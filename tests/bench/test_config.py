@@ -50,6 +50,37 @@ def test_overrides_replace_fields_and_options_reach_the_cells(grid_file):
     assert {c.options for c in grid.cells() if c.method == "dyn"} == {(("alpha", 0.6),)}
 
 
+def test_a_datasets_options_reach_its_cells_over_the_grids_and_key_as_if_set_for_all(grid_file):
+    """A dataset's method options override the grid's for that dataset's cells only, and a cell
+    has the key it would have with the same options set for the whole grid (records made either
+    way resume each other)."""
+    two = ('datasets=[{name = "digits", options = {dyn = {alpha = 0.5}}}, '
+           '{name = "npz", path = "x.npz"}]')
+    grid = load_grid(grid_file, [two, "options.dyn.alpha=0.6", "options.dyn.mix=\"std\""])
+    dyn = {c.dataset.name: dict(c.options) for c in grid.cells() if c.method == "dyn"}
+    assert dyn == {"digits": {"alpha": 0.5, "mix": "std"}, "npz": {"alpha": 0.6, "mix": "std"}}
+    assert {c.options for c in grid.cells() if c.method == "tbn"} == {()}
+    own = [c for c in grid.cells() if c.dataset.name == "digits"]
+    everywhere = load_grid(grid_file, ["options.dyn.alpha=0.5", "options.dyn.mix=\"std\""])
+    assert [c.key for c in own] == [c.key for c in everywhere.cells()]
+    assert "options" not in own[0].to_dict()["dataset"]
+
+
+@pytest.mark.parametrize("entry, message", [
+    ('{name = "digits", options = {magic = {}}}', r"datasets\[0\]: options: unknown key\(s\) "
+                                                  r"\['magic'\]"),
+    ('{name = "digits", options = {dyn = {beta = 1}}}',
+     r"datasets\[0\]: options.dyn: unknown key\(s\) \['beta'\]"),
+    ('{name = "digits", options = {dyn = {alpha = 2.0}}}', r"alpha must lie in \[0, 1\]"),
+    ('{name = "digits", options = 3}', r"datasets\[0\]: options: expected a table"),
+    ('{name = "digits"}, {name = "digits", options = {dyn = {alpha = 0.5}}}',
+     r"datasets\[1\]: repeats datasets\[0\] \(one entry per dataset and model"),
+])
+def test_bad_dataset_options_are_errors_naming_the_entry(grid_file, entry, message):
+    with pytest.raises(ValueError, match=message):
+        load_grid(grid_file, [f"datasets=[{entry}]"])
+
+
 @pytest.mark.parametrize(
     "override, message",
     [

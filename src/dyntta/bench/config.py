@@ -31,6 +31,7 @@ A grid file has these tables (every key optional except where noted; an unknown 
     family = "cifar10"                          # cifar10 / cifar100 / imagenet (for "published"
                                                 # and --paper; implied by the cifar*/imagenet-c
                                                 # names; digits has none)
+    options.dyn_adaptive = { prior_strength = 4.0 }  # this model's method options, over [options]
 
     [options.dyn]                               # per-method options (the method's Config fields)
     alpha = 0.8
@@ -54,7 +55,7 @@ import itertools
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -76,7 +77,7 @@ from dyntta.methods.base import config_from_options
 TOP_KEYS = {"title", "seeds", "methods", "columns", "stream", "datasets", "options", "protocol",
             "compile", "executor"}
 STREAM_KEYS = {"scenarios", "batch_sizes", "n_domains", "rounds", "deltas", "severity", "n_samples"}
-DATASET_KEYS = {"name", "path", "checkpoint", "family", "model", "recipe"}
+DATASET_KEYS = {"name", "path", "checkpoint", "family", "model", "recipe", "options"}
 EXECUTORS = ("process", "slurm")
 COLUMN_KEYS = ("dataset", "scenario", "batch_size", "n_domains", "rounds", "delta", "severity")
 
@@ -87,7 +88,9 @@ class DatasetEntry:
     a factory's import path ``package.module:function``, or both), its family (``cifar10`` /
     ``cifar100`` / ``imagenet``: which published hyper-parameters apply) and, for ``npz``, the
     corruption recipe (``cifar`` / ``imagenet``; None: by image size, which only 32 x 32 and
-    224 x 224 images have)."""
+    224 x 224 images have); ``options``, (method, ((field, value), ...)) pairs, are this
+    dataset's method options, over the grid's (e.g. those
+    :func:`~dyntta.methods.source_weights.calibrate_source_weights` reads for its model)."""
 
     name: str
     path: str | None = None
@@ -95,6 +98,11 @@ class DatasetEntry:
     family: str | None = None
     model: str | None = None
     recipe: str | None = None
+    options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+
+    def method_options(self, method: str) -> dict[str, Any]:
+        """This dataset's options for ``method`` (empty where it sets none)."""
+        return dict(dict(self.options).get(method, ()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +160,7 @@ class Cell:
         del d["rows"]
         if self.dataset.recipe is None:  # the recipe by image size: keys as without the field
             del d["dataset"]["recipe"]
+        del d["dataset"]["options"]  # in ``options``: the same key as set for the whole grid
         return d
 
     @property
@@ -192,7 +201,7 @@ class Grid:
             for delta in self.deltas if scenario == "wild" else (None,):
                 for method, seed in itertools.product(self.methods, self.seeds):
                     opts = {**protocol_options(method, self.protocol, ds.family),
-                            **self.options.get(method, {})}
+                            **self.options.get(method, {}), **ds.method_options(method)}
                     cls = method_class(method)
                     config_from_options(cls.Config, opts)  # valid together
                     out.append(
@@ -249,10 +258,7 @@ def parse_grid(raw: dict[str, Any], where: str = "grid") -> Grid:
     for m in methods:
         known(method_class, m, "methods", where)
     options = raw.get("options", {})
-    check_keys(options, set(available_methods()), f"{where}: [options]")
-    for m, table in options.items():
-        check_keys(table, {f.name for f in dataclasses.fields(method_class(m).Config)},
-                   f"{where}: [options.{m}]")
+    check_method_options(options, f"{where}: [options]", lambda m: f"{where}: [options.{m}]")
     scenarios = names(stream.get("scenarios", ["crossmix", "random", "shuffle"]),
                       "stream.scenarios", where, SCENARIOS)
     protocol = raw.get("protocol", "dyn-paper")
@@ -302,8 +308,10 @@ def parse_datasets(value: Any, where: str) -> tuple[DatasetEntry, ...]:
         if "name" not in d:
             raise ValueError(f"{at}: 'name' is required")
         for key, text in d.items():
-            if not isinstance(text, str):
+            if key != "options" and not isinstance(text, str):
                 raise ValueError(f"{at}: {key} must be a string, got {text!r}")
+        check_method_options(d.get("options", {}), f"{at}: options",
+                             lambda m, at=at: f"{at}: options.{m}")
         if d["name"] in NO_FAMILY and "family" in d:
             raise ValueError(f"{at}: {d['name']} has no family (it is none of "
                              f"{', '.join(FAMILIES)}); remove 'family'")
@@ -318,9 +326,13 @@ def parse_datasets(value: Any, where: str) -> tuple[DatasetEntry, ...]:
                              f"{d['name']} is not corrupted here: remove 'recipe'")
         if d.get("recipe", RECIPES[0]) not in RECIPES:
             raise ValueError(f"{at}: unknown recipe {d['recipe']!r}; valid: {', '.join(RECIPES)}")
-        entry = DatasetEntry(**{**d, "family": family})
-        if entry in entries:
-            raise ValueError(f"{at}: repeats datasets[{entries.index(entry)}]")
+        options = tuple(sorted((m, tuple(sorted(t.items())))
+                               for m, t in d.get("options", {}).items()))
+        entry = DatasetEntry(**{**d, "family": family, "options": options})
+        seen = [dataclasses.replace(e, options=()) for e in entries]
+        if (bare := dataclasses.replace(entry, options=())) in seen:
+            raise ValueError(f"{at}: repeats datasets[{seen.index(bare)}] (one entry per "
+                             "dataset and model, with its options)")
         entries.append(entry)
     return tuple(entries)
 
@@ -437,6 +449,16 @@ def parse_executor(table: Any, where: str) -> ExecutorSpec:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{where}: {name} must be an int >= {low}, got {value!r}")
     return spec
+
+
+def check_method_options(options: Any, where: str, method_where: Callable[[str], str]
+                         ) -> None:
+    """A table of method names, each a table of fields of that method's ``Config``; errors name
+    ``where``, or ``method_where(method)`` for a method's table."""
+    check_keys(options, set(available_methods()), where)
+    for m, table in options.items():
+        check_keys(table, {f.name for f in dataclasses.fields(method_class(m).Config)},
+                   method_where(m))
 
 
 def check_keys(table: Any, allowed: set[str], where: str) -> None:
