@@ -21,8 +21,7 @@ from dyntta.bench.config import load_grid
 from dyntta.bench.sources import SourceOptions, resolve_path, resolve_source
 from dyntta.data.datasets import load_npz, to_tensor
 from dyntta.data.digits import load_digits_split
-from dyntta.methods.dyn_adaptive import DYNAdaptiveConfig
-from dyntta.methods.source_weights import calibrate_source_weights
+from dyntta.methods.source_weights import TABLE_HEADER, calibrate_source_weights, table_rows
 
 
 def clean_images(entry, options: SourceOptions) -> tuple[np.ndarray, np.ndarray]:
@@ -46,8 +45,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     options = SourceOptions(args.data_dir, None, severities=(5,))
-    print("| model | images | option | agreement in % at each value (95% interval against "
-          "the default) | chosen |\n|---|---|---|---|---|")
+    print(TABLE_HEADER)
     for entry in load_grid(args.grid).datasets:
         source = resolve_source(entry, options, progress=False, quiet=True)
         x, y = clean_images(entry, options)
@@ -55,15 +53,7 @@ def main(argv=None) -> None:
         labels = torch.from_numpy(y[rows]).long() if args.labels else None
         result = calibrate_source_weights(source.model, to_tensor(x[rows]), labels,
                                           seed=args.seed)
-        for name, reading in result.readings.items():
-            cells = []
-            for value, agreement in reading.agreement.items():
-                low, high = reading.interval[value]
-                versus = "" if value == getattr(DYNAdaptiveConfig, name) \
-                    else f" ({100 * low:+.1f}, {100 * high:+.1f})"
-                cells.append(f"{value:g}: {100 * agreement:.1f}{versus}")
-            print(f"| {source.model_name} | {reading.images} | `{name}` | " + "; ".join(cells)
-                  + f" | {reading.chosen:g} |", flush=True)
+        print("\n".join(table_rows(result, source.model_name)), flush=True)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,8 @@ COMMANDS: list[Command] = [
      bench_cli.run_report),
     ("refresh", "re-estimate a model's BN statistics on clean images: a new checkpoint",
      models_cli.add_arguments, models_cli.run),
+    ("calibrate", "read dyn_adaptive's source weights for a model on its clean images",
+     models_cli.add_calibrate_arguments, models_cli.run_calibrate),
     ("analyze", "run one of the paper's analyses: results file + figure",
      analysis_cli.add_arguments, analysis_cli.run),
 ]

@@ -1,6 +1,8 @@
 """``dyntta refresh`` writes the model with its BN statistics re-estimated on the chosen rows of
 an .npz's images: the library's :func:`refresh_statistics` of exactly those rows, as a checkpoint
-that loads as the model did (a dyntta checkpoint, or a state dict for a factory's model)."""
+that loads as the model did (a dyntta checkpoint, or a state dict for a factory's model).
+``dyntta calibrate`` prints the library's source-weight reading of those rows, and the options it
+chose as a grid accepts them."""
 
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ import pytest
 import torch
 
 from dyntta.bench import sources
+from dyntta.bench.config import load_grid
 from dyntta.cli import main
 from dyntta.data.digits import load_digits_split
+from dyntta.methods.source_weights import TABLE_HEADER, calibrate_source_weights, table_rows
 from dyntta.models import load_checkpoint, refresh_statistics, save_checkpoint
 from dyntta.models.factory import build_from_factory
 from tests.bench.helpers import USER_MODULE
@@ -162,3 +166,30 @@ def test_check_needs_labels_and_refreshing_needs_an_out(folder, capsys):
     assert "missing arrays ['y']" in capsys.readouterr().err
     assert main(["refresh", "clean.npz", "--checkpoint", "tiny.pt"]) == 2
     assert "give --out (the checkpoint to write) or --check" in capsys.readouterr().err
+
+
+def test_calibrate_prints_the_librarys_reading_of_the_drawn_rows(folder, capsys):
+    assert main(["calibrate", "clean.npz", "--checkpoint", "tiny.pt", "--rows", "odd",
+                 "--images", "5", "--seed", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rows = torch.randperm(6, generator=torch.Generator().manual_seed(1))[:5].numpy()
+    expected = calibrate_source_weights(tiny_resnet(), as_floats(folder[1::2][rows]), seed=1)
+    assert out[:4] == [*TABLE_HEADER.splitlines(), *table_rows(expected, "tiny.pt")]
+    grid_line = next(line for line in out if "[[datasets]]" in line).split(": ", 1)[1]
+    options = ", ".join(f"{k}={v!r}" for k, v in expected.options.items())
+    assert out[-1] == f'in Python: dyntta.adapt(model, "dyn_adaptive", {options})'
+    # the printed line, pasted into a grid's dataset entry, sets those options on its cells
+    grid = Path("grid.toml")
+    grid.write_text(f'methods = ["dyn_adaptive"]\n[[datasets]]\nname = "digits"\n{grid_line}\n')
+    assert {c.options for c in load_grid(grid).cells()} == {tuple(sorted(expected.options.items()))}
+
+
+def test_calibrate_with_labels_needs_them_and_reads_them(folder, capsys):
+    assert main(["calibrate", "clean.npz", "--checkpoint", "tiny.pt", "--labels"]) == 2
+    assert "missing arrays ['y']" in capsys.readouterr().err
+    labels = np.arange(12) % 3
+    np.savez("labelled.npz", x=folder, y=labels)
+    assert main(["calibrate", "labelled.npz", "--checkpoint", "tiny.pt", "--labels"]) == 0
+    expected = calibrate_source_weights(tiny_resnet(), as_floats(folder),
+                                        torch.from_numpy(labels))
+    assert capsys.readouterr().out.splitlines()[2:4] == table_rows(expected, "tiny.pt")

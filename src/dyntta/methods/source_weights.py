@@ -166,6 +166,27 @@ def calibrate_source_weights(
     return Calibration(readings)
 
 
+TABLE_HEADER = ("| model | images | option | agreement in % at each value (95% interval against "
+                "the default) | chosen |\n|---|---|---|---|---|")
+"""The header of :func:`table_rows`."""
+
+
+def table_rows(calibration: Calibration, model: str) -> list[str]:
+    """Markdown rows under :data:`TABLE_HEADER`: for each option read, the agreement at each
+    value with its interval against the default (in points), and the value chosen."""
+    out = []
+    for name, reading in calibration.readings.items():
+        cells = []
+        for value, agreement in reading.agreement.items():
+            low, high = reading.interval[value]
+            versus = "" if value == getattr(DYNAdaptiveConfig, name) \
+                else f" ({100 * low:+.1f}, {100 * high:+.1f})"
+            cells.append(f"{value:g}: {100 * agreement:.1f}{versus}")
+        out.append(f"| {model} | {reading.images} | `{name}` | " + "; ".join(cells)
+                   + f" | {reading.chosen:g} |")
+    return out
+
+
 def choose(hits: dict[float, torch.Tensor], default: float) -> Reading:
     """The :class:`Reading` of per-image ``hits`` (1 where the candidate value led to the
     reference, else 0; (n,) for each value, ``default`` among them): the value of highest

@@ -1,6 +1,8 @@
-"""``dyntta refresh``: a model's BN statistics re-estimated on clean images, written as a new
+"""``dyntta refresh`` and ``dyntta calibrate``: preparing a model on clean images of its
+deployment's pipeline. ``refresh`` writes its BN statistics re-estimated on them as a new
 checkpoint (:func:`~dyntta.models.refresh_statistics`); with ``--check``, whether they need it
-(:func:`~dyntta.models.refresh.statistics_hits`)."""
+(:func:`~dyntta.models.refresh.statistics_hits`). ``calibrate`` reads ``dyn_adaptive``'s source
+weights for it (:func:`~dyntta.methods.source_weights.calibrate_source_weights`)."""
 
 from __future__ import annotations
 
@@ -11,20 +13,42 @@ from dyntta.arguments import non_negative_int, path, positive_int
 ROWS = {"all": slice(None), "even": slice(0, None, 2), "odd": slice(1, None, 2)}
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_model_arguments(p: argparse.ArgumentParser, images: str) -> None:
+    """The images (``images`` says what they must hold), the model and which rows to read."""
     p.add_argument("images", type=path, help="clean images of the deployment's pipeline: an .npz "
-                   "with x uint8 (N, H, W, 3) (and labels y for --check)")
+                   f"with {images}")
     p.add_argument("--checkpoint", type=path, required=True, help="the model (as dyntta bench "
                    "reads it: a checkpoint of a known architecture, or with --model a state dict)")
     p.add_argument("--model", metavar="PACKAGE.MODULE:FUNCTION", help="your own model's factory "
-                   "(as dyntta bench --model); the checkpoint written is then its state dict")
+                   "(as dyntta bench --model)")
     p.add_argument("--rows", choices=list(ROWS), default="all",
                    help="which rows of the .npz (even / odd: one half, the other kept for tests)")
     p.add_argument("--images", dest="count", type=positive_int,
                    help="a random N of those rows, drawn by --seed (default: all)")
     p.add_argument("--seed", type=non_negative_int, default=0)
+
+
+def chosen_rows(args: argparse.Namespace, n: int, count: int | None):
+    """The rows of ``n`` that ``--rows`` names (an integer array), a random ``count`` of them
+    (drawn by ``--seed``) unless None."""
+    import numpy as np
+    import torch
+
+    rows = np.arange(n)[ROWS[args.rows]]
+    if count is not None:
+        if count > len(rows):
+            raise ValueError(f"--images {count}: the {args.rows} rows of {args.images} "
+                             f"hold {len(rows)}")
+        draw = torch.randperm(len(rows), generator=torch.Generator().manual_seed(args.seed))
+        rows = rows[draw[:count].numpy()]
+    return rows
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_arguments(p, "x uint8 (N, H, W, 3) (and labels y for --check)")
     p.add_argument("--batch-size", type=positive_int, default=100)
-    p.add_argument("--out", type=path, help="the checkpoint to write (needed unless --check)")
+    p.add_argument("--out", type=path, help="the checkpoint to write (needed unless --check; "
+                   "with --model, its state dict)")
     p.add_argument("--check", action="store_true", help="write nothing: compare the model's "
                    "accuracy on the labelled images with its own BN statistics and with each "
                    "batch's (TBN), in batches of --batch-size of rows in the order --seed draws, "
@@ -32,7 +56,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
     import torch
 
     from dyntta.atomic import atomic_path, check_writable
@@ -48,15 +71,11 @@ def run(args: argparse.Namespace) -> int:
     check_images(images, f"{args.images} (x)")
     if args.check:
         check_labels(labels, f"{args.images} (y)")
-    rows = np.arange(len(images))[ROWS[args.rows]]
     # --check draws all the rows by default: batches of mixed rows, whatever the file's order
-    count = len(rows) if args.check and args.count is None else args.count
-    if count is not None:
-        if count > len(rows):
-            raise ValueError(f"--images {count}: the {args.rows} rows of {args.images} "
-                             f"hold {len(rows)}")
-        draw = torch.randperm(len(rows), generator=torch.Generator().manual_seed(args.seed))
-        rows = rows[draw[:count].numpy()]
+    count = args.count
+    if args.check and count is None:
+        count = len(range(len(images))[ROWS[args.rows]])
+    rows = chosen_rows(args, len(images), count)
     images = images[rows]
     model = load_model(args.checkpoint, args.model)
     if args.check:
@@ -87,3 +106,35 @@ def verdict(hits: tuple[list[int], list[int], list[int]], images: str, batch_siz
     return (f"{images}: its own BN statistics {source:.1f}%, each batch's (TBN, batches of "
             f"{batch_size}) {tbn:.1f}%; difference {source - tbn:+.1f} [{low:+.1f}, {high:+.1f}] "
             f"(paired 95% interval over the batches): {say}")
+
+
+def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_arguments(p, "x uint8 (N, H, W, 3) (and labels y for --labels); a few thousand "
+                        "resolve differences of a point or two")
+    p.add_argument("--labels", action="store_true", help="the true labels as the reference "
+                   "(default: the model's own predictions on the clean images, TBN)")
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    import torch
+
+    from dyntta.data.datasets import check_images, check_labels, load_npz, to_tensor
+    from dyntta.methods.source_weights import TABLE_HEADER, calibrate_source_weights, table_rows
+    from dyntta.models.factory import load_model
+
+    images, labels = load_npz(args.images, "clean images", labels=args.labels)
+    check_images(images, f"{args.images} (x)")
+    if args.labels:
+        check_labels(labels, f"{args.images} (y)")
+    rows = chosen_rows(args, len(images), args.count)
+    reference = torch.from_numpy(labels[rows]).long() if args.labels else None
+    result = calibrate_source_weights(load_model(args.checkpoint, args.model),
+                                      to_tensor(images[rows]), reference, seed=args.seed)
+    print(TABLE_HEADER)
+    print("\n".join(table_rows(result, str(args.checkpoint))))
+    options = result.options.items()
+    print("\nin the model's [[datasets]] entry of a grid: options.dyn_adaptive = { "
+          + ", ".join(f"{name} = {value!r}" for name, value in options) + " }")
+    print('in Python: dyntta.adapt(model, "dyn_adaptive", '
+          + ", ".join(f"{name}={value!r}" for name, value in options) + ")")
+    return 0
