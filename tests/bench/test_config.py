@@ -64,6 +64,12 @@ def test_a_datasets_options_reach_its_cells_over_the_grids_and_key_as_if_set_for
     everywhere = load_grid(grid_file, ["options.dyn.alpha=0.5", "options.dyn.mix=\"std\""])
     assert [c.key for c in own] == [c.key for c in everywhere.cells()]
     assert "options" not in own[0].to_dict()["dataset"]
+    # a list (TOML's array) is a tuple in the entry, which stays hashable; the key is the same
+    listed = load_grid(grid_file, ['methods=["sar"]',
+                                   'datasets=[{name = "digits", options = {sar = {frozen = ["fc"]}}}]'])
+    everywhere = load_grid(grid_file, ['methods=["sar"]', 'options.sar.frozen=["fc"]'])
+    assert len({c.dataset for c in listed.cells()}) == 1
+    assert [c.key for c in listed.cells()] == [c.key for c in everywhere.cells()]
 
 
 @pytest.mark.parametrize("entry, message", [

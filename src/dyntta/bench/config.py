@@ -326,8 +326,9 @@ def parse_datasets(value: Any, where: str) -> tuple[DatasetEntry, ...]:
                              f"{d['name']} is not corrupted here: remove 'recipe'")
         if d.get("recipe", RECIPES[0]) not in RECIPES:
             raise ValueError(f"{at}: unknown recipe {d['recipe']!r}; valid: {', '.join(RECIPES)}")
-        options = tuple(sorted((m, tuple(sorted(t.items())))
-                               for m, t in d.get("options", {}).items()))
+        options = tuple(sorted((m, tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                                                for k, v in t.items())))
+                               for m, t in d.get("options", {}).items()))  # hashable
         entry = DatasetEntry(**{**d, "family": family, "options": options})
         seen = [dataclasses.replace(e, options=()) for e in entries]
         if (bare := dataclasses.replace(entry, options=())) in seen:
