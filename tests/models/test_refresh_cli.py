@@ -193,3 +193,10 @@ def test_calibrate_with_labels_needs_them_and_reads_them(folder, capsys):
     expected = calibrate_source_weights(tiny_resnet(), as_floats(folder),
                                         torch.from_numpy(labels))
     assert capsys.readouterr().out.splitlines()[2:4] == table_rows(expected, "tiny.pt")
+
+
+def test_calibrate_reads_at_the_batch_size_given(folder, capsys):
+    assert main(["calibrate", "clean.npz", "--checkpoint", "tiny.pt", "--batch-size", "5"]) == 0
+    expected = calibrate_source_weights(tiny_resnet(), as_floats(folder), batch_size=5)
+    assert expected != calibrate_source_weights(tiny_resnet(), as_floats(folder))  # it matters
+    assert capsys.readouterr().out.splitlines()[2:4] == table_rows(expected, "tiny.pt")

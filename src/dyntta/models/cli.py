@@ -113,6 +113,8 @@ def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
                         "resolve differences of a point or two")
     p.add_argument("--labels", action="store_true", help="the true labels as the reference "
                    "(default: the model's own predictions on the clean images, TBN)")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="the batch size of the "
+                   "reading (that of the deployment; the shipped readings took 64)")
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
@@ -129,7 +131,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     rows = chosen_rows(args, len(images), args.count)
     reference = torch.from_numpy(labels[rows]).long() if args.labels else None
     result = calibrate_source_weights(load_model(args.checkpoint, args.model),
-                                      to_tensor(images[rows]), reference, seed=args.seed)
+                                      to_tensor(images[rows]), reference,
+                                      batch_size=args.batch_size, seed=args.seed)
     print(TABLE_HEADER)
     print("\n".join(table_rows(result, str(args.checkpoint))))
     options = result.options.items()
