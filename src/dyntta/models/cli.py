@@ -28,20 +28,28 @@ def add_model_arguments(p: argparse.ArgumentParser, images: str) -> None:
     p.add_argument("--seed", type=non_negative_int, default=0)
 
 
-def chosen_rows(args: argparse.Namespace, n: int, count: int | None):
-    """The rows of ``n`` that ``--rows`` names (an integer array), a random ``count`` of them
-    (drawn by ``--seed``) unless None."""
+def chosen_images(args: argparse.Namespace, labelled: bool, shuffled: bool = False):
+    """The images (and, where ``labelled``, the labels; else None) of the .npz ``args.images``,
+    checked, at the rows ``--rows`` names: a random ``--images`` of them drawn by ``--seed``, or
+    all of them (in that random order where ``shuffled``)."""
     import numpy as np
     import torch
 
-    rows = np.arange(n)[ROWS[args.rows]]
+    from dyntta.data.datasets import check_images, check_labels, load_npz
+
+    images, labels = load_npz(args.images, "clean images", labels=labelled)
+    check_images(images, f"{args.images} (x)")
+    if labelled:
+        check_labels(labels, f"{args.images} (y)")
+    rows = np.arange(len(images))[ROWS[args.rows]]
+    count = len(rows) if shuffled and args.count is None else args.count
     if count is not None:
         if count > len(rows):
             raise ValueError(f"--images {count}: the {args.rows} rows of {args.images} "
                              f"hold {len(rows)}")
         draw = torch.randperm(len(rows), generator=torch.Generator().manual_seed(args.seed))
         rows = rows[draw[:count].numpy()]
-    return rows
+    return images[rows], labels[rows] if labelled else None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from dyntta.atomic import atomic_path, check_writable
-    from dyntta.data.datasets import check_images, check_labels, load_npz, to_tensor
+    from dyntta.data.datasets import to_tensor
     from dyntta.models import refresh_statistics, save_checkpoint, statistics_hits
     from dyntta.models.factory import load_model
 
@@ -67,20 +75,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give --out (the checkpoint to write) or --check")
     if args.out is not None:
         check_writable(args.out)
-    images, labels = load_npz(args.images, "clean images", labels=args.check)
-    check_images(images, f"{args.images} (x)")
-    if args.check:
-        check_labels(labels, f"{args.images} (y)")
     # --check draws all the rows by default: batches of mixed rows, whatever the file's order
-    count = args.count
-    if args.check and count is None:
-        count = len(range(len(images))[ROWS[args.rows]])
-    rows = chosen_rows(args, len(images), count)
-    images = images[rows]
+    images, labels = chosen_images(args, labelled=args.check, shuffled=args.check)
     model = load_model(args.checkpoint, args.model)
     if args.check:
         print(verdict(statistics_hits(model, to_tensor(images),
-                                      torch.from_numpy(labels[rows]).long(), args.batch_size),
+                                      torch.from_numpy(labels).long(), args.batch_size),
                       f"{len(images)} {args.rows} rows of {args.images}", args.batch_size))
         return 0
     refresh_statistics(model, to_tensor(images), args.batch_size)
@@ -120,18 +120,14 @@ def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
 def run_calibrate(args: argparse.Namespace) -> int:
     import torch
 
-    from dyntta.data.datasets import check_images, check_labels, load_npz, to_tensor
+    from dyntta.data.datasets import to_tensor
     from dyntta.methods.source_weights import TABLE_HEADER, calibrate_source_weights, table_rows
     from dyntta.models.factory import load_model
 
-    images, labels = load_npz(args.images, "clean images", labels=args.labels)
-    check_images(images, f"{args.images} (x)")
-    if args.labels:
-        check_labels(labels, f"{args.images} (y)")
-    rows = chosen_rows(args, len(images), args.count)
-    reference = torch.from_numpy(labels[rows]).long() if args.labels else None
+    images, labels = chosen_images(args, labelled=args.labels)
+    reference = torch.from_numpy(labels).long() if args.labels else None
     result = calibrate_source_weights(load_model(args.checkpoint, args.model),
-                                      to_tensor(images[rows]), reference,
+                                      to_tensor(images), reference,
                                       batch_size=args.batch_size, seed=args.seed)
     print(TABLE_HEADER)
     print("\n".join(table_rows(result, str(args.checkpoint))))
