@@ -326,10 +326,8 @@ def parse_datasets(value: Any, where: str) -> tuple[DatasetEntry, ...]:
                              f"{d['name']} is not corrupted here: remove 'recipe'")
         if d.get("recipe", RECIPES[0]) not in RECIPES:
             raise ValueError(f"{at}: unknown recipe {d['recipe']!r}; valid: {', '.join(RECIPES)}")
-        options = tuple(sorted((m, tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
-                                                for k, v in t.items())))
-                               for m, t in d.get("options", {}).items()))  # hashable
-        entry = DatasetEntry(**{**d, "family": family, "options": options})
+        entry = DatasetEntry(**{**d, "family": family,
+                                "options": frozen_options(d.get("options", {}))})
         seen = [dataclasses.replace(e, options=()) for e in entries]
         if (bare := dataclasses.replace(entry, options=())) in seen:
             raise ValueError(f"{at}: repeats datasets[{seen.index(bare)}] (one entry per "
@@ -450,6 +448,17 @@ def parse_executor(table: Any, where: str) -> ExecutorSpec:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{where}: {name} must be an int >= {low}, got {value!r}")
     return spec
+
+
+def frozen_options(options: dict[str, dict[str, Any]]
+                   ) -> tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]:
+    """A dataset's method options as :attr:`DatasetEntry.options`: sorted pairs, arrays as
+    tuples, so that the entry is hashable."""
+    def value(v: Any) -> Any:
+        return tuple(v) if isinstance(v, list) else v
+
+    return tuple(sorted((method, tuple(sorted((k, value(v)) for k, v in table.items())))
+                        for method, table in options.items()))
 
 
 def check_method_options(options: Any, where: str, method_where: Callable[[str], str]
