@@ -148,12 +148,13 @@ def _neighbourhood_operator(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     pool_mu, pool_s2 = pool_of(mu, s2, window_mean, window_var, n_window)
     rows = int(domain_rows)
-    if rows:  # the pool's last rows as one group of n, the source weighted N / (N + n)
+    if rows:  # the pool's last rows as one group of n, the source weighted N / (N + n); no
+        # instance rule (class docstring)
         group_mu, group_s2 = pool_mu[-rows:], pool_s2[-rows:]
         mean, var = pooled_statistics(mu, s2, group_mu, group_s2,
                                       mu.new_ones(group_mu.shape[0]), running_mean, running_var,
-                                      size_weight(group_mu.shape[0], prior_strength), length, k,
-                                      c, eps)
+                                      size_weight(group_mu.shape[0], prior_strength), length,
+                                      None, c, eps)
         mean, var = mean.expand_as(mu).clone(), var.expand_as(mu).clone()  # (B, C) each
     else:
         mean, var = neighbourhood_statistics(mu, s2, pool_mu, pool_s2, running_mean,
@@ -291,7 +292,9 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
     0-dim integer buffer ``domain_rows`` is r > 0 (set by its owner before a batch: the last r
     samples, the batch's and those remembered before it, are one domain; not saved), the pool's
     last r rows (as many as it holds) are one group of n instead, the source weighted
-    ``N / (N + n)`` (:func:`pooled_statistics`); the window records the batch either way.
+    ``N / (N + n)`` (:func:`pooled_statistics`), without the instance rule (within one domain a
+    sample's statistics leave the group's by its content); the window records the batch either
+    way.
     The buffer ``candidates``, None or (B, K) indices into the pool that its owner sets before a
     batch (not saved), narrows each sample's search to its K candidate rows.
 
