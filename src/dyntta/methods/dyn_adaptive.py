@@ -24,7 +24,9 @@ they run, with the size of their feature maps (found by one probe forward on the
 - those of the first stage (at the network's largest map size, :func:`applies_instance_rule`)
   apply NOTE's instance-aware rule around those statistics, with a band widened per channel to
   the spread of instance means actually observed
-  (:func:`~dyntta.norm.adaptive.widened_instance_rule`).
+  (:func:`~dyntta.norm.adaptive.widened_instance_rule`), except where a neighbourhood layer
+  takes the images as one domain: there a sample's statistics leave the group's by its content,
+  not its domain.
 
 Shallow layers' statistics carry the domain, deep ones' the labels (IBN-Net, Pan et al., ECCV
 2018): hence neighbourhoods in the layers before the last stage and the instance rule in the
