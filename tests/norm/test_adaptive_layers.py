@@ -102,20 +102,25 @@ def test_neighbourhood_layer_set_to_one_domain_takes_its_last_rows_at_the_size_w
     assert "domain_rows" not in layer.state_dict()  # its owner's, set before each batch
 
 
-def test_neighbourhood_layer_applies_the_instance_rule_only_off_one_domain():
+@pytest.mark.parametrize("make", [lambda bn, instance: NeighbourhoodNorm2d(bn, 16, 4, 4.0, instance),
+                                  lambda bn, instance: PooledNorm2d(bn, 16, 0.3, instance)],
+                         ids=["neighbourhood", "pooled"])
+def test_layers_apply_the_instance_rule_only_off_one_domain(make):
     """With a band of 0 standard errors the rule leaves every sample its own statistics: so it
-    does on a batch of neighbourhoods, and a group of one domain is as without the rule."""
+    does off one domain, and on a batch its owner marks one domain each sample has its group's
+    statistics, as without the rule."""
     bn = source_bn().double()
     x = mixed_batch(b=10)
 
     def statistics(instance, rows):
-        layer = NeighbourhoodNorm2d(bn, 16, 4, 4.0, instance).double()
+        layer = make(bn, instance).double()
         layer(x[:6])
         layer.domain_rows.fill_(rows)
         return layer.statistics(x[6:])
 
     for got, expected in zip(statistics((0.0, 0.0), 7), statistics(None, 7)):
-        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(got, expected.expand(4, -1))
+        assert got.shape == (4, x.shape[1])  # the rule's shape, whatever the data
     own_mean, own_var = x[6:].mean((2, 3)), x[6:].var((2, 3))
     for got, expected in zip(statistics((0.0, 0.0), 0), (own_mean, own_var)):
         torch.testing.assert_close(got, expected)

@@ -24,9 +24,8 @@ they run, with the size of their feature maps (found by one probe forward on the
 - those of the first stage (at the network's largest map size, :func:`applies_instance_rule`)
   apply NOTE's instance-aware rule around those statistics, with a band widened per channel to
   the spread of instance means actually observed
-  (:func:`~dyntta.norm.adaptive.widened_instance_rule`), except where a neighbourhood layer
-  takes the images as one domain: there a sample's statistics leave the group's by its content,
-  not its domain.
+  (:func:`~dyntta.norm.adaptive.widened_instance_rule`), except on a batch the spectra say is
+  one domain: there a sample's statistics leave the group's by its content, not its domain.
 
 Shallow layers' statistics carry the domain, deep ones' the labels (IBN-Net, Pan et al., ECCV
 2018): hence neighbourhoods in the layers before the last stage and the instance rule in the
@@ -319,11 +318,11 @@ class DYNAdaptive(NormalizationMethod):
         for m in self.modules():
             if isinstance(m, WindowedNorm2d):
                 m.calls = 0  # each runs once per forward (those of a PerCall once each)
+                m.domain_rows.fill_(rows)
             if isinstance(m, PooledNorm2d):
                 m.source_weight.copy_(self.deep_source_weight)
                 m.pool_weight, m.candidates = weight, groups
             elif isinstance(m, NeighbourhoodNorm2d):
-                m.domain_rows.fill_(rows)
                 m.candidates = candidates
             elif isinstance(m, PerCall):
                 m.call = 0  # the forward's first call goes to its first layer

@@ -139,6 +139,13 @@ def next_window(pool_mu: torch.Tensor, pool_s2: torch.Tensor, window: int
     return pool_mu.detach()[-window:].clone(), pool_s2.detach()[-window:].clone()
 
 
+def for_each_sample(mu: torch.Tensor, mean: torch.Tensor, var: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A group's (C,) ``mean``/``var`` as (B, C) rows for the B samples of ``mu``, copied: an
+    operator's output has one shape whatever the data (and is not a view of its input)."""
+    return mean.expand_as(mu).clone(), var.expand_as(mu).clone()
+
+
 def _neighbourhood_operator(
     mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None,
     window_var: torch.Tensor | None, n_window: int, window: int, domain_rows: torch.Tensor,
@@ -149,13 +156,11 @@ def _neighbourhood_operator(
     pool_mu, pool_s2 = pool_of(mu, s2, window_mean, window_var, n_window)
     rows = int(domain_rows)
     if rows:  # the pool's last rows as one group of n, the source weighted N / (N + n); no
-        # instance rule (class docstring)
+        # instance rule (WindowedNorm2d's docstring)
         group_mu, group_s2 = pool_mu[-rows:], pool_s2[-rows:]
-        mean, var = pooled_statistics(mu, s2, group_mu, group_s2,
-                                      mu.new_ones(group_mu.shape[0]), running_mean, running_var,
-                                      size_weight(group_mu.shape[0], prior_strength), length,
-                                      None, c, eps)
-        mean, var = mean.expand_as(mu).clone(), var.expand_as(mu).clone()  # (B, C) each
+        mean, var = for_each_sample(mu, *pooled_statistics(
+            mu, s2, group_mu, group_s2, mu.new_ones(group_mu.shape[0]), running_mean,
+            running_var, size_weight(group_mu.shape[0], prior_strength), length, None, c, eps))
     else:
         mean, var = neighbourhood_statistics(mu, s2, pool_mu, pool_s2, running_mean,
                                              running_var, neighbours, candidates,
@@ -165,20 +170,24 @@ def _neighbourhood_operator(
 
 def _pooled_operator(
     mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None,
-    window_var: torch.Tensor | None, n_window: int, window: int, weight: torch.Tensor,
-    candidates: torch.Tensor | None, running_mean: torch.Tensor, running_var: torch.Tensor,
-    source_weight: torch.Tensor, length: int, k: float | None, c: float, eps: float,
+    window_var: torch.Tensor | None, n_window: int, window: int, domain_rows: torch.Tensor,
+    weight: torch.Tensor, candidates: torch.Tensor | None, running_mean: torch.Tensor,
+    running_var: torch.Tensor, source_weight: torch.Tensor, length: int, k: float | None,
+    c: float, eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     pool_mu, pool_s2 = pool_of(mu, s2, window_mean, window_var, n_window)
+    rule = None if int(domain_rows) else k  # one domain: none (WindowedNorm2d's docstring)
     if candidates is None:
         mean, var = pooled_statistics(mu, s2, pool_mu, pool_s2, weight, running_mean,
-                                      running_var, source_weight, length, k, c, eps)
+                                      running_var, source_weight, length, rule, c, eps)
+        if mean.ndim == 1 and k is not None and length > 1:  # the shape the rule would give
+            mean, var = for_each_sample(mu, mean, var)
     else:  # each sample's group: its candidate rows, equally weighted
         groups = pool_mu.new_zeros(mu.shape[0], pool_mu.shape[0])
         groups.scatter_(1, candidates, 1.0 / candidates.shape[1])
         mean, var, spread = weighted_stats(pool_mu, pool_s2, groups)
         mean, var = source_mixed(mu, s2, mean, var, spread, source_weight, running_mean,
-                                 running_var, length, k, c, eps)
+                                 running_var, length, rule, c, eps)
     return mean, var, *next_window(pool_mu, pool_s2, window)
 
 
@@ -207,8 +216,8 @@ def _(mu, s2, window_mean, window_var, n_window, window, *_args):
 
 
 @traced_pooled.register_fake
-def _(mu, s2, window_mean, window_var, n_window, window, weight, candidates, running_mean,
-      running_var, source_weight, length, k, c, eps):
+def _(mu, s2, window_mean, window_var, n_window, window, domain_rows, weight, candidates,
+      running_mean, running_var, source_weight, length, k, c, eps):
     per_sample = candidates is not None or (k is not None and length > 1)
     return _fake_outputs(mu, n_window, window, per_sample=per_sample)
 
@@ -221,7 +230,10 @@ class WindowedNorm2d(SourceNorm2d):
     ``window`` samples and a batch of ``window`` or more is unchanged by it. Subclasses group the
     pool (their operator, :meth:`arguments`); the group's statistics are mixed with the source's
     at the weight the subclass gives, then, with ``instance=(k, c)``, pass
-    :func:`widened_instance_rule`.
+    :func:`widened_instance_rule`, except while the 0-dim integer buffer ``domain_rows`` is
+    r > 0 (set by its owner before a batch: the last r samples, the batch's and those remembered
+    before it, are one domain; not saved): within one domain a sample's statistics leave the
+    group's by its content, not its domain, so no sample keeps its own.
     Normalises in the fused kernel (:func:`~dyntta.norm.normalize`).
 
     Its owner, which runs it once per forward, sets ``calls`` to 0 before each forward; a
@@ -243,6 +255,7 @@ class WindowedNorm2d(SourceNorm2d):
         self.window = window
         self.instance = instance
         self.calls: int | None = None  # in this forward, counted once its owner sets it to 0
+        self.register_buffer("domain_rows", torch.tensor(0), persistent=False)
         self.reset_window()
 
     def reset_window(self) -> None:
@@ -288,13 +301,10 @@ class WindowedNorm2d(SourceNorm2d):
 class NeighbourhoodNorm2d(WindowedNorm2d):
     """Each sample's statistics are those of its ``n`` nearest samples in the pool (itself
     included; LISC's cosine similarity of instance means, :mod:`~dyntta.norm.neighbours`), mixed
-    with the source at Schneider et al.'s weight ``N / (N + n)`` (NeurIPS 2020, Eq. 3). While the
-    0-dim integer buffer ``domain_rows`` is r > 0 (set by its owner before a batch: the last r
-    samples, the batch's and those remembered before it, are one domain; not saved), the pool's
-    last r rows (as many as it holds) are one group of n instead, the source weighted
-    ``N / (N + n)`` (:func:`pooled_statistics`), without the instance rule (within one domain a
-    sample's statistics leave the group's by its content); the window records the batch either
-    way.
+    with the source at Schneider et al.'s weight ``N / (N + n)`` (NeurIPS 2020, Eq. 3). While
+    ``domain_rows`` is r > 0, the pool's last r rows (as many as it holds) are one group of n
+    instead, the source weighted ``N / (N + n)`` (:func:`pooled_statistics`); the window records
+    the batch either way.
     The buffer ``candidates``, None or (B, K) indices into the pool that its owner sets before a
     batch (not saved), narrows each sample's search to its K candidate rows.
 
@@ -312,7 +322,6 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
             raise ValueError(f"prior_strength must be > 0 (samples), got {prior_strength}")
         self.neighbours = neighbours
         self.prior_strength = prior_strength
-        self.register_buffer("domain_rows", torch.tensor(0), persistent=False)
         self.register_buffer("candidates", None, persistent=False)
 
     operator = staticmethod(_neighbourhood_operator)
@@ -367,7 +376,7 @@ class PooledNorm2d(WindowedNorm2d):
         elif weight.shape[0] != rows:
             raise ValueError(f"pool_weight has {weight.shape[0]} rows; the pool of this batch "
                              f"has {rows} (its owner set it for another batch)")
-        return (weight, self.candidates, self.running_mean, self.running_var,
+        return (self.domain_rows, weight, self.candidates, self.running_mean, self.running_var,
                 self.source_weight, length, *self.rule(), self.eps)
 
 
