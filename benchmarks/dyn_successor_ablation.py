@@ -26,7 +26,8 @@ import numpy as np
 from dyntta.bench.config import DatasetEntry, load_grid
 from dyntta.bench.report import batches
 from dyntta.bench.results import append_record, read_results
-from dyntta.bench.runner import STREAM_FIELDS, rows_fingerprint, run_cell, source_for
+from dyntta.bench.runner import (
+    STREAM_FIELDS, provenance, rows_fingerprint, run_cell, source_for)
 from dyntta.bench.sources import SourceOptions, corrupted_images, resolve_source
 from dyntta.bench.stats import (
     difference_interval, percentile_interval, resampled_means, same_batches)
@@ -272,11 +273,12 @@ def main(argv=None) -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     done = {(stream_id(r["config"]), r["variant"]) for r in read_labelled(args.out)}
     if not args.table_only:
+        stamp = provenance(grid)
         for label, cell in cells:
             if (stream_id(cell.to_dict()), label) in done:
                 continue
             record = run_cell(cell, source_for(cell, resolve_source, options, True))
-            append_record(args.out, {**record, "variant": label})
+            append_record(args.out, {**record, **stamp, "variant": label})
             print(f"{label:28s} {cell.scenario:9s} B={cell.batch_size:<3d} seed={cell.seed} "
                   f"{100 * record['accuracy']:.1f}%  {record['wall_s']:.1f}s", flush=True)
     labels = list(dict.fromkeys(lab for lab, _ in cells))

@@ -76,6 +76,12 @@ def git_revision() -> str | None:
     return rev + ("+dirty" if dirty else "")
 
 
+def provenance(grid: Grid) -> dict[str, Any]:
+    """What every record of ``grid`` carries besides its cell's own: the versions of the
+    packages, the git revision of the source and the grid's title."""
+    return {"versions": versions(), "git_revision": git_revision(), "grid": grid.title}
+
+
 def peak_memory_mb(device: torch.device) -> float:
     """Peak memory of this process: CUDA allocator peak on a GPU, else peak resident set size."""
     if device.type == "cuda":
@@ -267,7 +273,7 @@ def run_unfinished(grid: Grid, results: Path, options: SourceOptions, workers: i
     # opening every source builds its caches (corrupted sets) once, before any worker or job
     cells = [plan(c, source_for(c, resolver, options, progress)) for c in grid.cells()]
     todo = [c for c in cells if c.key not in done]
-    stamp = {"versions": versions(), "git_revision": git_revision(), "grid": grid.title}
+    stamp = provenance(grid)
     bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc=grid.title,
                disable=not progress, unit="cell")
     in_here = executor.threads is None  # this process: progress bars, threads left alone
