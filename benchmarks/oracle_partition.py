@@ -157,7 +157,10 @@ def synthetic_shift(x: torch.Tensor, kind: torch.Tensor, generator: torch.Genera
                     ) -> torch.Tensor:
     """Each image ``x[i]`` ((B, 3, H, W) in [0, 1]) under ``SYNTHETIC[kind[i]]``: unchanged,
     Gaussian noise of std 0.1, a 3x3 box blur (edges replicated), contrast 0.4 about the image's
-    mean, brightness + 0.3; clipped to [0, 1]."""
+    mean, brightness + 0.3; clipped to [0, 1]. Milder than, and drawn per image unlike,
+    :func:`dyntta.methods.source_weights.synthetic_shift` (one shift per share of the images):
+    the readings of docs/dyn-adaptive-rules.md, "How far to trust the source, read from the
+    model", were made with these."""
     mean = x.mean((1, 2, 3), keepdim=True)
     noise = torch.randn(x.shape, generator=generator).to(x.device)
     shifted = torch.stack([
