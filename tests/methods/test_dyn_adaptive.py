@@ -385,7 +385,8 @@ def one_domain_then_mixture(b: int) -> list[torch.Tensor]:
 
 def test_neighbourhood_layers_pool_the_last_images_only_when_they_are_one_domain():
     """The spectral test reads the batch topped up to 32 images with the images before it, and
-    a batch of 16 to 31 alone at the stricter threshold of fewer images."""
+    a batch of 16 to 31 alone at the stricter threshold of fewer images; every windowed layer
+    (the pooling layers too, which then apply no instance rule) is told."""
     method = dyntta.adapt(tiny_resnet(), "dyn_adaptive")
     base = smooth_images(176, seed=7)
     noise, blur = noisy(base, seed=8), blurred(base)
@@ -398,8 +399,9 @@ def test_neighbourhood_layers_pool_the_last_images_only_when_they_are_one_domain
     for x, expected in zip(batches, [16, 32, 16, 32, 40, 0, 24, 0], strict=True):
         with torch.no_grad():
             method(x)
-        neighbourhood = [m for m in layers(method) if isinstance(m, NeighbourhoodNorm2d)]
-    assert neighbourhood and all(int(m.domain_rows) == expected for m in neighbourhood)
+        kinds = {type(m) for m in layers(method)}
+        assert kinds == {NeighbourhoodNorm2d, PooledNorm2d}
+        assert [int(m.domain_rows) for m in layers(method)] == [expected] * len(layers(method))
     # one memory of the images' signatures (the last 512, deep_window) for the test and the
     # deep layers' filter
     torch.testing.assert_close(method._match.current, log_band_power(torch.cat(batches)))
