@@ -1,8 +1,8 @@
 """The layers of ``dyn_adaptive`` (beyond the DYN paper): BN statistics from a batch topped up
 with the instance statistics of the samples seen just before it.
 
-- :class:`WindowedNorm2d`: the window and what both layers share (the source mix and the
-  instance rule);
+- :class:`WindowedNorm2d`: the window and what both layers share (the source mix, the
+  instance rule, and the mark its owner sets on a batch of one domain, where that rule stops);
 - :class:`NeighbourhoodNorm2d`: each sample takes the statistics of its ``n`` most similar
   samples (among the candidates its owner gives), the source weighted by that size; the last
   samples its owner marks as one domain are one group;
@@ -140,7 +140,7 @@ def next_window(pool_mu: torch.Tensor, pool_s2: torch.Tensor, window: int
 
 
 def for_each_sample(mu: torch.Tensor, mean: torch.Tensor, var: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """A group's (C,) ``mean``/``var`` as (B, C) rows for the B samples of ``mu``, copied: an
     operator's output has one shape whatever the data (and is not a view of its input)."""
     return mean.expand_as(mu).clone(), var.expand_as(mu).clone()
