@@ -146,6 +146,13 @@ def for_each_sample(mu: torch.Tensor, mean: torch.Tensor, var: torch.Tensor
     return mean.expand_as(mu).clone(), var.expand_as(mu).clone()
 
 
+def pooled_per_sample(candidates: torch.Tensor | None, k: float | None, length: int) -> bool:
+    """Whether :class:`PooledNorm2d`'s statistics are (B, C) rather than (C,): each sample has
+    its own group (``candidates``), or the instance rule applies (maps larger than 1x1; on a
+    batch of one domain, which skips it, every row is the group's)."""
+    return candidates is not None or (k is not None and length > 1)
+
+
 def _neighbourhood_operator(
     mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None,
     window_var: torch.Tensor | None, n_window: int, window: int, domain_rows: torch.Tensor,
@@ -180,7 +187,7 @@ def _pooled_operator(
     if candidates is None:
         mean, var = pooled_statistics(mu, s2, pool_mu, pool_s2, weight, running_mean,
                                       running_var, source_weight, length, rule, c, eps)
-        if mean.ndim == 1 and k is not None and length > 1:  # the shape the rule would give
+        if mean.ndim == 1 and pooled_per_sample(candidates, k, length):
             mean, var = for_each_sample(mu, mean, var)
     else:  # each sample's group: its candidate rows, equally weighted
         groups = pool_mu.new_zeros(mu.shape[0], pool_mu.shape[0])
@@ -218,8 +225,7 @@ def _(mu, s2, window_mean, window_var, n_window, window, *_args):
 @traced_pooled.register_fake
 def _(mu, s2, window_mean, window_var, n_window, window, domain_rows, weight, candidates,
       running_mean, running_var, source_weight, length, k, c, eps):
-    per_sample = candidates is not None or (k is not None and length > 1)
-    return _fake_outputs(mu, n_window, window, per_sample=per_sample)
+    return _fake_outputs(mu, n_window, window, pooled_per_sample(candidates, k, length))
 
 
 class WindowedNorm2d(SourceNorm2d):
