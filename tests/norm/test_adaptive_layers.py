@@ -8,7 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d, widened_instance_rule
+from dyntta.norm.adaptive import (
+    NeighbourhoodNorm2d, PooledNorm2d, traced_neighbourhood, traced_pooled, widened_instance_rule)
 from dyntta.norm.layers import normalize
 from dyntta.norm.mixing import label_balance_weight, size_weight
 from dyntta.norm.stats import spread_ratio
@@ -94,8 +95,9 @@ def test_neighbourhood_layer_set_to_one_domain_takes_its_last_rows_at_the_size_w
     group = x[max(0, 10 - rows) :]
     mean, var = group_reference(group, bn, None, 4.0 / (4.0 + group.shape[0]))
     got = layer.statistics(x[6:])
-    torch.testing.assert_close(got[0], mean[-4:])
-    torch.testing.assert_close(got[1], var[-4:])
+    assert got[0].shape == got[1].shape == (x.shape[1],)  # one row for the whole batch
+    torch.testing.assert_close(got[0].expand(4, -1), mean[-4:])
+    torch.testing.assert_close(got[1].expand(4, -1), var[-4:])
     torch.testing.assert_close(layer.window_mean, x.mean((2, 3)))  # the window records it
     layer.domain_rows.fill_(0)  # neighbourhoods again
     assert not torch.allclose(layer.statistics(x[6:])[0], mean[-4:])
@@ -119,11 +121,53 @@ def test_layers_apply_the_instance_rule_only_off_one_domain(make):
         return layer.statistics(x[6:])
 
     for got, expected in zip(statistics((0.0, 0.0), 7), statistics(None, 7)):
-        torch.testing.assert_close(got, expected.expand(4, -1))
-        assert got.shape == (4, x.shape[1])  # the rule's shape, whatever the data
+        torch.testing.assert_close(got, expected)
+        assert got.shape == (x.shape[1],)  # one group: the whole batch's row
     own_mean, own_var = x[6:].mean((2, 3)), x[6:].var((2, 3))
     for got, expected in zip(statistics((0.0, 0.0), 0), (own_mean, own_var)):
         torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("make", [lambda bn, instance: NeighbourhoodNorm2d(bn, 16, 4, 4.0, instance),
+                                  lambda bn, instance: PooledNorm2d(bn, 16, 0.3, instance)],
+                         ids=["neighbourhood", "pooled"])
+def test_a_batch_of_one_domain_is_normalised_as_its_folded_rows_bit_for_bit(make):
+    """On a batch of one domain the layer normalises with its group's one row, through the fused
+    kernel on the batch itself: bit for bit what that row, given to every sample, gives through
+    the fused kernel on the batch folded into the channels (as on other batches)."""
+    bn = source_bn()
+    x = mixed_batch(b=10).float() * 3 + 1
+    layer = make(bn, (8.0, 2.5))
+    layer(x[:6])
+    layer.domain_rows.fill_(7)
+    twin = make(bn, (8.0, 2.5))
+    twin(x[:6])
+    twin.domain_rows.fill_(7)
+    mean, var = twin.statistics(x[6:])
+    assert mean.shape == (x.shape[1],)
+    with torch.no_grad():
+        folded = normalize(x[6:], mean.expand(4, -1).clone(), var.expand(4, -1).clone(),
+                           layer.weight, layer.bias, layer.eps, fused=True)
+        assert torch.equal(layer(x[6:]), folded)
+
+
+@pytest.mark.parametrize("rows", [0, 7])
+@pytest.mark.parametrize("k", [None, 8.0])
+@pytest.mark.parametrize("candidates", [None, [[0, 2, 5], [1, 3, 6], [4, 5, 6], [0, 3, 6]]])
+def test_each_operator_s_fake_gives_the_shapes_it_returns(rows, k, candidates):
+    """``torch.library.opcheck``: each layer operator's registered fake (what a compiled graph
+    plans with) gives its outputs' shapes and types, on and off one domain, with and without
+    the instance rule and candidates (4 samples, 3 remembered of a window of 8, 6 channels)."""
+    g = torch.Generator().manual_seed(0)
+    mu, s2 = torch.randn(4, 6, generator=g), torch.rand(4, 6, generator=g)
+    window_mean, window_var = torch.randn(5, 6, generator=g), torch.rand(5, 6, generator=g)
+    source = (torch.zeros(6), torch.ones(6))
+    head = (mu, s2, window_mean, window_var, 3, 8, torch.tensor(rows))
+    candidates = None if candidates is None else torch.tensor(candidates)
+    torch.library.opcheck(traced_neighbourhood, (
+        *head, *source, 2, candidates, 16.0, 16, k, 2.5, 1e-5))
+    torch.library.opcheck(traced_pooled, (
+        *head, torch.ones(7), candidates, *source, torch.tensor(0.3), 16, k, 2.5, 1e-5))
 
 
 def test_pooled_layer_is_the_batch_at_the_weight_its_owner_sets():

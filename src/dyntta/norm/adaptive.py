@@ -288,13 +288,23 @@ class WindowedNorm2d(SourceNorm2d):
                                  "batch ran it once")
         mu, s2 = instance_stats(x)
         n_window = self.n_window(x.shape[0])
-        operator = self.traced_operator if compiled_here(mu) else self.operator
+        compiled = compiled_here(mu)
+        operator = self.traced_operator if compiled else self.operator
         mean, var, window_mean, window_var = operator(
             mu, s2, self.window_mean, self.window_var, n_window, self.window,
             *self.arguments(mu, n_window, x.shape[2] * x.shape[3]))
         if self.window:
             self.window_mean, self.window_var = window_mean, window_var
+        if mean.ndim == 2 and not compiled and self.one_group():
+            # the batch itself through the fused kernel: the folded batch's values, bit for bit,
+            # at about half its cost on 16 x 16 and 8 x 8 maps
+            return mean[0], var[0]
         return mean, var
+
+    def one_group(self) -> bool:
+        """Whether, on the current batch, every sample's statistics are one group's (so each
+        row of the operator's (B, C) statistics is the same): the batch is one domain."""
+        return bool(self.domain_rows)
 
     def rule(self) -> tuple[float | None, float]:
         """``(k, c)`` of the instance rule; ``(None, 0.0)`` without it."""
@@ -373,6 +383,10 @@ class PooledNorm2d(WindowedNorm2d):
 
     operator = staticmethod(_pooled_operator)
     traced_operator = traced_pooled
+
+    def one_group(self) -> bool:
+        """On a batch of one domain, unless its owner gave each sample its own candidates."""
+        return self.candidates is None and super().one_group()
 
     def arguments(self, mu, n_window, length):
         rows = n_window + mu.shape[0]
