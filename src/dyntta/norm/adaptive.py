@@ -240,7 +240,8 @@ class WindowedNorm2d(SourceNorm2d):
     r > 0 (set by its owner before a batch: the last r samples, the batch's and those remembered
     before it, are one domain; not saved): within one domain a sample's statistics leave the
     group's by its content, not its domain, so no sample keeps its own.
-    Normalises in the fused kernel (:func:`~dyntta.norm.normalize`).
+    Normalises in the fused kernel (:func:`~dyntta.norm.normalize`); eager, on a batch where
+    every sample's statistics are one group's (:meth:`one_group`), with that one (C,) row.
 
     Its owner, which runs it once per forward, sets ``calls`` to 0 before each forward; a
     second call in that forward then raises.
