@@ -17,6 +17,7 @@ than comparing two printed intervals.
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import numpy as np
@@ -40,16 +41,33 @@ def _as_runs(correct: Sequence[Sequence[int]], counts: Sequence[Sequence[int]]):
     return runs
 
 
-def _resampled_accuracy(runs, rng: np.random.Generator, resamples: int) -> np.ndarray:
-    """(resamples, n_runs): accuracy of each run on batches drawn with replacement; the draw
-    for a run depends only on its number of batches and ``rng``'s state, so two calls with equal
-    seeds and batch counts draw the same batches (pairing). Batches of one size draw that size
-    times their number of samples, exactly what summing the drawn sizes gives."""
+@functools.lru_cache(maxsize=8)
+def _draw_counts(seed: int, resamples: int, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """For runs of ``sizes`` batches, each run's batches drawn with replacement, run after run
+    from one generator seeded ``seed``: (resamples, size) counts of how often each batch is
+    drawn (read-only; kept for the next calls with these arguments: a table compares many
+    methods on the same streams, and each comparison draws the same batches)."""
+    rng = np.random.default_rng(seed)
+    counts = []
+    for size in sizes:
+        idx = rng.integers(0, size, size=(resamples, size))
+        idx += np.arange(resamples)[:, None] * size  # row r's draws into its own bins
+        count = np.bincount(idx.ravel(), minlength=resamples * size)
+        count = count.reshape(resamples, size).astype(np.float64)
+        count.flags.writeable = False
+        counts.append(count)
+    return tuple(counts)
+
+
+def _resampled_accuracy(runs, seed: int, resamples: int) -> np.ndarray:
+    """(resamples, n_runs): accuracy of each run on batches drawn with replacement; the draws
+    depend only on ``seed`` and the runs' numbers of batches, so two calls with equal seeds and
+    batch counts draw the same batches (pairing). The hits and samples of a draw are sums of
+    whole numbers, exact in any order."""
     out = np.empty((resamples, len(runs)))
-    for j, (c, n) in enumerate(runs):
-        idx = rng.integers(0, c.size, size=(resamples, c.size))
-        samples = n[0] * c.size if (n == n[0]).all() else n[idx].sum(1)
-        out[:, j] = c[idx].sum(1) / samples
+    counts = _draw_counts(seed, resamples, tuple(c.size for c, _ in runs))
+    for j, ((c, n), count) in enumerate(zip(runs, counts)):
+        out[:, j] = (count @ c) / (count @ n)
     return out
 
 
@@ -90,7 +108,7 @@ def bootstrap_interval(
     Returns ``(low, high)`` as fractions.
     """
     runs = _as_runs([correct], [counts])
-    draws = _resampled_accuracy(runs, np.random.default_rng(seed), resamples)[:, 0]
+    draws = _resampled_accuracy(runs, seed, resamples)[:, 0]
     return percentile_interval(draws, confidence)
 
 
@@ -140,4 +158,4 @@ def resampled_means(correct: Sequence[Sequence[int]], counts: Sequence[Sequence[
     drawn with replacement. Calls with equal ``seed`` and equal batch counts draw the same
     batches, so draws of methods run on the same streams are paired."""
     runs = _as_runs(correct, counts)
-    return _resampled_accuracy(runs, np.random.default_rng(seed), resamples).mean(1)
+    return _resampled_accuracy(runs, seed, resamples).mean(1)
