@@ -6,8 +6,9 @@ Times the source, TBN and DYN (CABN) layers on their own, interleaved in one pro
 repeat runs every candidate once, in turn), and the instance mean/variance as
 ``dyntta.norm.instance_stats`` computes it against the two-pass ``E[(x - mean)^2]``, and
 ``dyntta.norm.normalize`` with per-sample (B, C) statistics: the broadcast multiply and add (DYN)
-against the fused kernel on the batch folded into the channels (``fused=True``). Prints the
-median microseconds per call and DYN's overhead over TBN. Run it against another checkout with
+against the fused kernel on the batch folded into the channels (``fused=True``), and with one
+(C,) row for the whole batch (the fused kernel on the batch itself: ``dyn_adaptive`` on a batch of
+one domain). Prints the median microseconds per call and DYN's overhead over TBN. Run it against another checkout with
 ``PYTHONPATH=<checkout>/src`` to compare versions.
 """
 
@@ -53,8 +54,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, wall clock, "
           f"median of {args.repeats}")
     print("| B, C, H, W | source us | tbn us | dyn us | dyn - tbn us | instance_stats us | "
-          "two-pass us | per-sample scale us | folded us |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "two-pass us | per-sample scale us | folded us | one row us |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for shape in SHAPES:
         torch.manual_seed(0)
         x = torch.randn(shape)
@@ -65,11 +66,13 @@ def main() -> None:
                          "dyn": ClusterAwareBatchNorm2d(bn), "stats": instance_stats,
                          "two_pass": two_pass_stats,
                          "scale": lambda x: normalize(x, mean, var, w, b, bn.eps),
-                         "folded": lambda x: normalize(x, mean, var, w, b, bn.eps, fused=True)},
+                         "folded": lambda x: normalize(x, mean, var, w, b, bn.eps, fused=True),
+                         "row": lambda x: normalize(x, mean[0], var[0], w, b, bn.eps)},
                         x, args.repeats)
         print(f"| {', '.join(map(str, shape))} | {med['source']:.0f} | {med['tbn']:.0f} | "
               f"{med['dyn']:.0f} | {med['dyn'] - med['tbn']:.0f} | {med['stats']:.0f} | "
-              f"{med['two_pass']:.0f} | {med['scale']:.0f} | {med['folded']:.0f} |", flush=True)
+              f"{med['two_pass']:.0f} | {med['scale']:.0f} | {med['folded']:.0f} | "
+              f"{med['row']:.0f} |", flush=True)
 
 
 if __name__ == "__main__":
