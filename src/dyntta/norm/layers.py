@@ -41,7 +41,7 @@ def normalize(
         fused: per-sample statistics without autograd also run the fused kernel, on the batch
             folded into the channels, (1, B * C, H, W): one pass over ``x`` instead of two
             (``benchmarks/norm_layer_overhead.py``, CPU, one thread, three runs on each of two
-            days: 0.26-0.75x the time on 32 x 32 maps, 0.88-0.89x on 16 x 16, 0.98-1.12x on
+            days: 0.26-0.89x the time on 32 x 32 maps, 0.88-0.89x on 16 x 16, 0.98-1.12x on
             8 x 8 at B = 64, 1.5-1.7x on 8 x 8 at B = 16, where the fold's few extra calls
             weigh). Its rounding differs
             from the broadcast's by about an ulp, so layers whose outputs are pinned (DYN's)
