@@ -50,6 +50,17 @@ def test_resampled_means_are_the_mean_over_seeds_of_the_drawn_batches_accuracies
     np.testing.assert_array_equal(got, expected)
 
 
+def test_runs_of_two_to_the_24_samples_or_more_are_drawn_exactly_too():
+    """The same direct reading for a run whose draws reach 2^25 samples, which float32 would
+    round."""
+    counts = np.full(8, 2**22 + 1)
+    correct = np.random.default_rng(0).integers(2**21, 2**22, size=8) | 1  # odd: not in float32
+    idx = np.random.default_rng(3).integers(0, 8, size=(50, 8))
+    expected = np.array([correct[i].sum() / counts[i].sum() for i in idx])
+    got = resampled_means([correct], [counts], seed=3, resamples=50)
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_bootstrap_interval_width_matches_the_binomial_standard_error():
     """Independent samples in equal batches: the batch bootstrap reduces to the binomial
     interval, 2 * 1.96 * sqrt(p (1 - p) / n)."""

@@ -53,7 +53,7 @@ def _draw_counts(seed: int, resamples: int, sizes: tuple[int, ...]) -> tuple[np.
         idx = rng.integers(0, size, size=(resamples, size))
         idx += np.arange(resamples)[:, None] * size  # row r's draws into its own bins
         count = np.bincount(idx.ravel(), minlength=resamples * size)
-        count = count.reshape(resamples, size).astype(np.float64)
+        count = count.reshape(resamples, size).astype(np.float32)  # whole numbers, exact
         count.flags.writeable = False
         counts.append(count)
     return tuple(counts)
@@ -63,11 +63,15 @@ def _resampled_accuracy(runs, seed: int, resamples: int) -> np.ndarray:
     """(resamples, n_runs): accuracy of each run on batches drawn with replacement; the draws
     depend only on ``seed`` and the runs' numbers of batches, so two calls with equal seeds and
     batch counts draw the same batches (pairing). The hits and samples of a draw are sums of
-    whole numbers, exact in any order."""
+    whole numbers, exact in any order: in float32 where no draw can reach 2^24 samples, else in
+    float64."""
     out = np.empty((resamples, len(runs)))
     counts = _draw_counts(seed, resamples, tuple(c.size for c, _ in runs))
     for j, ((c, n), count) in enumerate(zip(runs, counts)):
-        out[:, j] = (count @ c) / (count @ n)
+        dtype = np.float32 if c.size * n.max() < 2**24 else np.float64
+        count = count.astype(dtype, copy=False)
+        hits, samples = (count @ t.astype(dtype) for t in (c, n))
+        out[:, j] = hits.astype(np.float64) / samples.astype(np.float64)
     return out
 
 
