@@ -8,8 +8,8 @@ repeat runs every candidate once, in turn), and the instance mean/variance as
 ``dyntta.norm.normalize`` with per-sample (B, C) statistics: the broadcast multiply and add (DYN)
 against the fused kernel on the batch folded into the channels (``fused=True``), and with one
 (C,) row for the whole batch (the fused kernel on the batch itself: ``dyn_adaptive`` on a batch of
-one domain). Prints the median microseconds per call and DYN's overhead over TBN. Run it against another checkout with
-``PYTHONPATH=<checkout>/src`` to compare versions.
+one domain). Prints the median microseconds per call and DYN's overhead over TBN. Run it against
+another checkout with ``PYTHONPATH=<checkout>/src`` to compare versions.
 """
 
 from __future__ import annotations

@@ -104,9 +104,14 @@ def test_neighbourhood_layer_set_to_one_domain_takes_its_last_rows_at_the_size_w
     assert "domain_rows" not in layer.state_dict()  # its owner's, set before each batch
 
 
-@pytest.mark.parametrize("make", [lambda bn, instance: NeighbourhoodNorm2d(bn, 16, 4, 4.0, instance),
-                                  lambda bn, instance: PooledNorm2d(bn, 16, 0.3, instance)],
-                         ids=["neighbourhood", "pooled"])
+each_windowed_layer = pytest.mark.parametrize(
+    "make", [lambda bn, instance: NeighbourhoodNorm2d(bn, 16, 4, 4.0, instance),
+             lambda bn, instance: PooledNorm2d(bn, 16, 0.3, instance)],
+    ids=["neighbourhood", "pooled"])
+"""Both windowed layers, made by ``make(bn, instance)`` with a window of 16."""
+
+
+@each_windowed_layer
 def test_layers_apply_the_instance_rule_only_off_one_domain(make):
     """With a band of 0 standard errors the rule leaves every sample its own statistics: so it
     does off one domain, and on a batch its owner marks one domain each sample has its group's
@@ -128,9 +133,7 @@ def test_layers_apply_the_instance_rule_only_off_one_domain(make):
         torch.testing.assert_close(got, expected)
 
 
-@pytest.mark.parametrize("make", [lambda bn, instance: NeighbourhoodNorm2d(bn, 16, 4, 4.0, instance),
-                                  lambda bn, instance: PooledNorm2d(bn, 16, 0.3, instance)],
-                         ids=["neighbourhood", "pooled"])
+@each_windowed_layer
 def test_a_batch_of_one_domain_is_normalised_as_its_folded_rows_bit_for_bit(make):
     """On a batch of one domain the layer normalises with its group's one row, through the fused
     kernel on the batch itself: bit for bit what that row, given to every sample, gives through
