@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
+from torch.nn import functional as F
 
 import dyntta
 from dyntta.methods.normalization import NormalizationMethod
@@ -110,6 +111,28 @@ def test_dyn_adaptive_runs_eager_while_its_windows_fill_then_one_graph():
         assert not compiled.windows_steady(5)  # another batch size: one eager batch first
         eager.reset()
         compiled.reset()
+
+
+def test_compiled_dyn_adaptive_reads_each_batchs_one_domain_decision():
+    """Once its graph runs, the batches cycle through two domains (half blurred), the 16 images
+    as one domain and the last 32 as one: the graph reads each batch's decision, as eager does,
+    and holds no decision as a constant (two graphs: with and without the candidates)."""
+    backend = CountingBackend()
+    options = dict(window=8, shallow_window=16, deep_window=32)
+    model = tiny_resnet()
+    eager = dyntta.adapt(model, "dyn_adaptive", **options)
+    compiled = dyntta.adapt(model, "dyn_adaptive", compile={"backend": backend}, **options)
+    decisions = set()
+    for i in range(9):  # steady from the fourth batch on
+        x = random_images(16, seed=i, size=16)
+        if i % 3 == 0:
+            x[8:] = F.avg_pool2d(x[8:], 5, 1, 2, count_include_pad=False)
+        steady = compiled.windows_steady(16)  # then the graph runs
+        torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)
+        if steady:
+            decisions.add(int(compiled.layers()[0].domain_rows))
+    assert decisions == {0, 16, 32}
+    assert backend.graphs == 2
 
 
 def test_inductor_compiled_cabn_layer_matches_eager():

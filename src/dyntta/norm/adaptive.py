@@ -236,7 +236,7 @@ class WindowedNorm2d(SourceNorm2d):
     ``window`` samples and a batch of ``window`` or more is unchanged by it. Subclasses group the
     pool (their operator, :meth:`arguments`); the group's statistics are mixed with the source's
     at the weight the subclass gives, then, with ``instance=(k, c)``, pass
-    :func:`widened_instance_rule`, except while the 0-dim integer buffer ``domain_rows`` is
+    :func:`widened_instance_rule`, except while the 0-dim integer tensor ``domain_rows`` is
     r > 0 (set by its owner before a batch: the last r samples, the batch's and those remembered
     before it, are one domain; not saved): within one domain a sample's statistics leave the
     group's by its content, not its domain, so no sample keeps its own.
@@ -262,7 +262,9 @@ class WindowedNorm2d(SourceNorm2d):
         self.window = window
         self.instance = instance
         self.calls: int | None = None  # in this forward, counted once its owner sets it to 0
-        self.register_buffer("domain_rows", torch.tensor(0), persistent=False)
+        # on the host, not a buffer: it stays there when the model moves to a device, so that
+        # reading it waits for no queued kernel; a tensor, so a compiled graph reads its value
+        self.domain_rows = torch.tensor(0)
         self.reset_window()
 
     def reset_window(self) -> None:
@@ -290,7 +292,6 @@ class WindowedNorm2d(SourceNorm2d):
         mu, s2 = instance_stats(x)
         n_window = self.n_window(x.shape[0])
         compiled = compiled_here(mu)
-        # read before the operator, which reads the same buffer: on a GPU, no second wait
         one_row = not compiled and self.one_group()
         operator = self.traced_operator if compiled else self.operator
         mean, var, window_mean, window_var = operator(
