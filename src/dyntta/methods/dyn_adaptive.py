@@ -4,16 +4,18 @@ Not the DYN paper's method (that is ``dyn``, kept bit-identical). The BN layers,
 they run, with the size of their feature maps (found by one probe forward on the first batch):
 
 - those before the network's last, smallest map size (and the first layer, whatever its size)
-  give each sample the statistics of its ``neighbours`` nearest samples among the batch and
-  the last ``shallow_window`` samples, with the source weighted by that size
-  (:class:`~dyntta.norm.adaptive.NeighbourhoodNorm2d`), searched among the ``MIN_IMAGES`` (32)
-  images whose spectra are nearest the sample's (:func:`~dyntta.norm.spectrum.nearest_spectra`);
+  give each sample the statistics of its ``neighbours`` nearest samples among the last
+  ``shallow_window`` samples (the batch and those just before it), with the source weighted by
+  that size (:class:`~dyntta.norm.adaptive.NeighbourhoodNorm2d`), searched among the
+  ``MIN_IMAGES`` (32) images whose spectra are nearest the sample's
+  (:func:`~dyntta.norm.spectrum.nearest_spectra`);
   where the spectra of the batch's images, topped up to 32 with the images just before it, say
   they are one domain (:func:`~dyntta.norm.spectrum.one_domain`) and the batch's do not lie
   apart from those before it (:func:`~dyntta.norm.spectrum.domain_shift`), those images are one
-  group there instead;
-- those at the last map size (:func:`pools`) pool the batch with the last ``deep_window``
-  samples, of which they keep those whose spectra look like the current pool's
+  group there instead (or, for a batch of 16 to 31 whose images alone say so at the stricter
+  threshold of fewer images, the batch);
+- those at the last map size (:func:`pools`) pool the last ``deep_window`` samples (the batch
+  and those just before it), of which they keep those whose spectra look like the current pool's
   (:class:`~dyntta.norm.WindowMatch`; the pool: the last images the spectra say are one domain,
   else the batch topped up to ``window``) and, of those, the most recent ``deep_balance`` of each
   predicted class (:class:`~dyntta.norm.ClassBalance`, NOTE's class-balanced memory), with a
@@ -104,7 +106,8 @@ class DYNAdaptiveConfig:
         domain (on one, the images judged one domain), and each image's group in those layers
         on such a batch; 64.
     shallow_window, deep_window: samples remembered by the neighbourhood layers (256) and by
-        the pooling layers (512); each tops a batch of B up with ``window - B`` of them.
+        the pooling layers (512); each tops a batch of B up to that many with the most recent
+        ``shallow_window - B`` or ``deep_window - B`` of them.
     deep_match: the quantile q in [0, 1] of :class:`~dyntta.norm.WindowMatch`; 0.1.
     deep_balance: most recent samples of each predicted class the deep layers keep; 32.
     """
