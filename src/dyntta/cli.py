@@ -13,7 +13,7 @@ import re
 import sys
 import textwrap
 import warnings
-from typing import Callable
+from typing import Callable, NoReturn
 
 import dyntta
 from dyntta.data import cli as data_cli
@@ -69,8 +69,16 @@ COMMANDS: list[Command] = [
 ]
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser that reports bad arguments in one line, naming where the usage is,
+    instead of its usage block and that line (its sub-command parsers are of its class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (usage: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dyntta", description=dyntta.__doc__.splitlines()[0])
+    parser = OneLineParser(prog="dyntta", description=dyntta.__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"dyntta {dyntta.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text, add_arguments, run in COMMANDS:
