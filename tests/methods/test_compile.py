@@ -135,6 +135,13 @@ def test_compiled_dyn_adaptive_reads_each_batchs_one_domain_decision():
     assert backend.graphs == 2
 
 
+def test_dyn_adaptives_operators_are_never_captured_in_a_cuda_graph():
+    """Each takes its branch by the one-domain mark it reads on the host: a CUDA graph's replay
+    (``mode="reduce-overhead"``) would repeat the branch of the batch it captured."""
+    for op in (torch.ops.dyntta.neighbourhood_statistics, torch.ops.dyntta.pooled_statistics):
+        assert torch.Tag.cudagraph_unsafe in op.default.tags
+
+
 def test_inductor_compiled_cabn_layer_matches_eager():
     """One inductor (C++) compilation, of DYN's layer alone: the whole network takes minutes."""
     bn = randomize_bn(nn.Sequential(nn.BatchNorm2d(4)))[0]

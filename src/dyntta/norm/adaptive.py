@@ -211,10 +211,13 @@ def _fake_outputs(mu, n_window, window, per_sample):
 # the neighbour search, the group statistics, the mix or the rule of every layer. Each returns
 # the layer's statistics and its next window (the pool's last ``window`` rows; all of them for
 # a layer without one).
+# Never captured in a CUDA graph: each reads on the host which rows are one domain and takes its
+# branch by it, which a graph's replay would not.
 traced_neighbourhood = torch.library.custom_op(
-    "dyntta::neighbourhood_statistics", mutates_args=())(_neighbourhood_operator)
+    "dyntta::neighbourhood_statistics", mutates_args=(), tags=torch.Tag.cudagraph_unsafe
+)(_neighbourhood_operator)
 traced_pooled = torch.library.custom_op(
-    "dyntta::pooled_statistics", mutates_args=())(_pooled_operator)
+    "dyntta::pooled_statistics", mutates_args=(), tags=torch.Tag.cudagraph_unsafe)(_pooled_operator)
 
 
 @traced_neighbourhood.register_fake
