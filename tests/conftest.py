@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,13 @@ from torch import nn
 from dyntta.models import Normalized, ResNet, ResNetSpec
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+if "OMP_NUM_THREADS" not in os.environ:
+    # one thread per test process and per process a test starts: the suite runs in two worker
+    # processes (pyproject.toml's `-n 2`, pytest-xdist), which then fill two cores without
+    # their threads contending
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 TINY_SPEC = ResNetSpec("basic", (1, 1), (4, 8), "B", 4)
 
