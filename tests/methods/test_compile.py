@@ -92,14 +92,20 @@ def test_one_graph_serves_every_batch_size_from_16(name):
     assert backend.graphs == 2
 
 
+def eager_and_compiled_dyn_adaptive(backend: CountingBackend):
+    """``dyn_adaptive`` with small windows (8, 16, 32) on the tiny ResNet, eager and compiled
+    with ``backend``."""
+    options = dict(window=8, shallow_window=16, deep_window=32)
+    model = tiny_resnet()
+    return (dyntta.adapt(model, "dyn_adaptive", **options),
+            dyntta.adapt(model, "dyn_adaptive", compile={"backend": backend}, **options))
+
+
 def test_dyn_adaptive_runs_eager_while_its_windows_fill_then_one_graph():
     """Its windows grow until full and each new size would be a graph of its own (dynamo stops
     at 8 and runs eager from there); it runs eager until every window keeps its size."""
     backend = CountingBackend()
-    options = dict(window=8, shallow_window=16, deep_window=32)
-    model = tiny_resnet()
-    eager = dyntta.adapt(model, "dyn_adaptive", **options)
-    compiled = dyntta.adapt(model, "dyn_adaptive", compile={"backend": backend}, **options)
+    eager, compiled = eager_and_compiled_dyn_adaptive(backend)
     for _ in range(2):  # the second time after reset(): empty windows, the same graph
         for i in range(12):
             # B = 4: the 32-sample deep window and class memory are full after 8 batches, and
@@ -118,10 +124,7 @@ def test_compiled_dyn_adaptive_reads_each_batchs_one_domain_decision():
     as one domain and the last 32 as one: the graph reads each batch's decision, as eager does,
     and holds no decision as a constant (two graphs: with and without the candidates)."""
     backend = CountingBackend()
-    options = dict(window=8, shallow_window=16, deep_window=32)
-    model = tiny_resnet()
-    eager = dyntta.adapt(model, "dyn_adaptive", **options)
-    compiled = dyntta.adapt(model, "dyn_adaptive", compile={"backend": backend}, **options)
+    eager, compiled = eager_and_compiled_dyn_adaptive(backend)
     decisions = set()
     for i in range(9):  # steady from the fourth batch on
         x = random_images(16, seed=i, size=16)
