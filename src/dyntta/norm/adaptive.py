@@ -217,7 +217,8 @@ traced_neighbourhood = torch.library.custom_op(
     "dyntta::neighbourhood_statistics", mutates_args=(), tags=torch.Tag.cudagraph_unsafe
 )(_neighbourhood_operator)
 traced_pooled = torch.library.custom_op(
-    "dyntta::pooled_statistics", mutates_args=(), tags=torch.Tag.cudagraph_unsafe)(_pooled_operator)
+    "dyntta::pooled_statistics", mutates_args=(), tags=torch.Tag.cudagraph_unsafe
+)(_pooled_operator)
 
 
 @traced_neighbourhood.register_fake

@@ -43,10 +43,9 @@ def normalize(
             (``benchmarks/norm_layer_overhead.py``, CPU, one thread, three runs on each of two
             days: 0.26-0.89x the time on 32 x 32 maps, 0.88-0.89x on 16 x 16, 0.98-1.12x on
             8 x 8 at B = 64, 1.5-1.7x on 8 x 8 at B = 16, where the fold's few extra calls
-            weigh). Its rounding differs
-            from the broadcast's by about an ulp, so layers whose outputs are pinned (DYN's)
-            keep the default. Eager only: in a graph being compiled inductor fuses the
-            broadcast itself, and the fold would only add nodes.
+            weigh). Its rounding differs from the broadcast's by about an ulp, so layers whose
+            outputs are pinned (DYN's) keep the default. Eager only: in a graph being compiled
+            inductor fuses the broadcast itself, and the fold would only add nodes.
     """
     tracked = (x, mean, var, weight, bias)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tracked)
