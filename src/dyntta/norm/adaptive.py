@@ -214,10 +214,10 @@ def _fake_outputs(mu, n_window, window, per_sample):
 # Never captured in a CUDA graph: each reads on the host which rows are one domain and takes its
 # branch by it, which a graph's replay would not.
 traced_neighbourhood = torch.library.custom_op(
-    "dyntta::neighbourhood_statistics", mutates_args=(), tags=torch.Tag.cudagraph_unsafe
+    "dyntta::neighbourhood_statistics", mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,)
 )(_neighbourhood_operator)
 traced_pooled = torch.library.custom_op(
-    "dyntta::pooled_statistics", mutates_args=(), tags=torch.Tag.cudagraph_unsafe
+    "dyntta::pooled_statistics", mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,)
 )(_pooled_operator)
 
 
