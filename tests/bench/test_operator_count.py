@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from benchmarks.operator_count import OperatorCount, count_operators
+from dyntta.norm.adaptive import NeighbourhoodNorm2d, PooledNorm2d
+from tests.norm.bn_helpers import random_bn
 
 
 def test_each_operator_counts_once_and_views_not_at_all():
@@ -26,3 +29,22 @@ def test_the_counted_forward_is_the_one_after_the_warmup():
     counts = count_operators(method, xs, warmup=4)
     assert [float(x) for x in seen] == [0.0, 1.0, 2.0, 0.0, 1.0]
     assert dict(counts) == {"mul": 1}
+
+
+@pytest.mark.parametrize("layer", ["neighbourhood", "pooled"])
+def test_a_full_window_is_kept_without_a_copy(layer):
+    """Once a windowed layer's window is full, a batch its owner did not mark one domain makes
+    no copy: the next window is the pool the layer put together."""
+    bn = random_bn(3)
+    make = {"neighbourhood": lambda: NeighbourhoodNorm2d(bn, 8, 2, 16.0),
+            "pooled": lambda: PooledNorm2d(bn, 8, 0.5)}[layer]
+    m = make()
+    g = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        for _ in range(3):
+            m(torch.randn(4, 3, 5, 5, generator=g))
+        before = m.window_mean.clone()
+        with OperatorCount() as count:
+            m(torch.randn(4, 3, 5, 5, generator=g))
+    assert count.counts["clone"] == 0 and count.counts["cat"] == 2
+    assert torch.equal(m.window_mean[:4], before[4:])  # the last 8 samples, the batch's last

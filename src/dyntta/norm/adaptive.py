@@ -132,10 +132,14 @@ def pool_of(mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None
     return torch.cat([window_mean[-n_window:], mu]), torch.cat([window_var[-n_window:], s2])
 
 
-def next_window(pool_mu: torch.Tensor, pool_s2: torch.Tensor, window: int
+def next_window(pool_mu: torch.Tensor, pool_s2: torch.Tensor, window: int, n_window: int
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The pool's last ``window`` rows (all of them for ``window`` 0), copied: an operator's
-    output may not be a view of its input."""
+    """The pool's last ``window`` rows (all of them for ``window`` 0): with ``n_window``
+    remembered rows, the whole pool, put together here (of at most ``window`` rows, as
+    :meth:`WindowedNorm2d.n_window` gives); without, the batch's, copied (an operator's output
+    may not be a view of its input)."""
+    if n_window:
+        return pool_mu.detach(), pool_s2.detach()
     return pool_mu.detach()[-window:].clone(), pool_s2.detach()[-window:].clone()
 
 
@@ -172,7 +176,7 @@ def _neighbourhood_operator(
         mean, var = neighbourhood_statistics(mu, s2, pool_mu, pool_s2, running_mean,
                                              running_var, neighbours, candidates,
                                              prior_strength, length, k, c, eps)
-    return mean, var, *next_window(pool_mu, pool_s2, window)
+    return mean, var, *next_window(pool_mu, pool_s2, window, n_window)
 
 
 def _pooled_operator(
@@ -195,7 +199,7 @@ def _pooled_operator(
         mean, var, spread = weighted_stats(pool_mu, pool_s2, groups)
         mean, var = source_mixed(mu, s2, mean, var, spread, source_weight, running_mean,
                                  running_var, length, rule, c, eps)
-    return mean, var, *next_window(pool_mu, pool_s2, window)
+    return mean, var, *next_window(pool_mu, pool_s2, window, n_window)
 
 
 def _fake_outputs(mu, n_window, window, per_sample):
