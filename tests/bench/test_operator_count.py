@@ -1,4 +1,5 @@
-"""``benchmarks/operator_count.py``: it counts each operator dispatched, views not."""
+"""``benchmarks/operator_count.py``: it counts each operator dispatched, views not; and a
+count it makes of the windowed layers."""
 
 from __future__ import annotations
 
@@ -36,9 +37,10 @@ def test_a_full_window_is_kept_without_a_copy(layer):
     """Once a windowed layer's window is full, a batch its owner did not mark one domain makes
     no copy: the next window is the pool the layer put together."""
     bn = random_bn(3)
-    make = {"neighbourhood": lambda: NeighbourhoodNorm2d(bn, 8, 2, 16.0),
-            "pooled": lambda: PooledNorm2d(bn, 8, 0.5)}[layer]
-    m = make()
+    if layer == "neighbourhood":
+        m = NeighbourhoodNorm2d(bn, window=8, neighbours=2, prior_strength=16.0)
+    else:
+        m = PooledNorm2d(bn, window=8, source_weight=0.5)
     g = torch.Generator().manual_seed(0)
     with torch.inference_mode():
         for _ in range(3):
@@ -47,4 +49,5 @@ def test_a_full_window_is_kept_without_a_copy(layer):
         with OperatorCount() as count:
             m(torch.randn(4, 3, 5, 5, generator=g))
     assert count.counts["clone"] == 0 and count.counts["cat"] == 2
-    assert torch.equal(m.window_mean[:4], before[4:])  # the last 8 samples, the batch's last
+    # the window: the newest 4 samples before the batch, then the batch's 4
+    assert torch.equal(m.window_mean[:4], before[4:])
