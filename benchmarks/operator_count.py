@@ -1,6 +1,6 @@
 """Operators each backward-free method runs per forward: what a GPU launches, counted on a CPU.
 
-    python benchmarks/operator_count.py --archs resnet26 --batch-sizes 64 [--mixed]
+    PYTHONPATH=src:. python benchmarks/operator_count.py --archs resnet26 --batch-sizes 64 [--mixed]
 
 On a GPU the forward of these methods waits on the host (BENCHMARKS.md, "On a GPU"): each
 method costs about what it launches. This counts, for one forward after ``--warmup`` forwards
