@@ -35,8 +35,9 @@ def dyntta_here(args: list[str], cwd: Path, out: io.StringIO | None = None) -> t
     :func:`dyntta` gives: (exit status, stderr); stdout goes to ``out`` if given."""
     err = io.StringIO()
     env = {"DYNTTA_CACHE": str(cwd / "default-cache")}
-    with contextlib.chdir(cwd), pytest.MonkeyPatch.context() as patch, \
-            contextlib.redirect_stderr(err), contextlib.redirect_stdout(out or io.StringIO()):
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(err), \
+            contextlib.redirect_stdout(out or io.StringIO()):
+        patch.chdir(cwd)
         for name, value in env.items():
             patch.setenv(name, value)
         try:
