@@ -44,14 +44,20 @@ def inputs(batch: int, batches: int, mixed: bool) -> list[torch.Tensor]:
     return xs
 
 
+def adapted(arch: str, labels: list[str], device: str = "cpu") -> dict[str, torch.nn.Module]:
+    """A randomly initialised ``arch`` (seed 0) for images in [0, 1], adapted by each method of
+    ``labels`` (keys of :data:`METHODS`)."""
+    torch.manual_seed(0)
+    model = Normalized(build(arch), (0.5,) * 3, (0.25,) * 3).eval().to(device)
+    return {label: dyntta.adapt(model, METHODS[label][0], **METHODS[label][1])
+            for label in labels}
+
+
 def time_methods(arch: str, batch: int, repeats: int, warmup: int, clock, batches: int,
                  labels: list[str], mixed: bool = False, device: str = "cpu"
                  ) -> dict[str, list[float]]:
     """Each method's time per repeat (the repeats' i-th entries were timed in turn)."""
-    torch.manual_seed(0)
-    model = Normalized(build(arch), (0.5,) * 3, (0.25,) * 3).eval().to(device)
-    methods = {label: dyntta.adapt(model, METHODS[label][0], **METHODS[label][1])
-               for label in labels}
+    methods = adapted(arch, labels, device)
     xs = [x.to(device) for x in inputs(batch, batches, mixed)]
     times: dict[str, list[float]] = {name: [] for name in labels}
     with torch.inference_mode():

@@ -19,9 +19,7 @@ import collections
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import dyntta
-from benchmarks.norm_latency import METHODS, inputs
-from dyntta.models import Normalized, build
+from benchmarks.norm_latency import METHODS, adapted, inputs
 
 
 class OperatorCount(TorchDispatchMode):
@@ -66,12 +64,10 @@ def main() -> None:
     labels = list(dict.fromkeys(["source", "tbn", *args.methods]))
     for arch in args.archs:
         for batch in args.batch_sizes:
-            torch.manual_seed(0)
-            model = Normalized(build(arch), (0.5,) * 3, (0.25,) * 3).eval()
+            methods = adapted(arch, labels)
             xs = inputs(batch, 8, args.mixed)
-            counts = {label: count_operators(
-                dyntta.adapt(model, METHODS[label][0], **METHODS[label][1]), xs, args.warmup)
-                for label in labels}
+            counts = {label: count_operators(method, xs, args.warmup)
+                      for label, method in methods.items()}
             total = {label: sum(c.values()) for label, c in counts.items()}
             for label, c in counts.items():
                 top = ", ".join(f"{op} {n}" for op, n in c.most_common(args.top))
