@@ -15,6 +15,10 @@ with the instance statistics of the samples seen just before it.
 
 from __future__ import annotations
 
+import functools
+import inspect
+from typing import Callable
+
 import torch
 from torch import nn
 
@@ -143,17 +147,10 @@ def next_window(pool_mu: torch.Tensor, pool_s2: torch.Tensor, window: int, n_win
     return pool_mu.detach()[-window:].clone(), pool_s2.detach()[-window:].clone()
 
 
-def for_each_sample(mu: torch.Tensor, mean: torch.Tensor, var: torch.Tensor
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A group's (C,) ``mean``/``var`` as (B, C) rows for the B samples of ``mu``, copied: an
-    operator's output has one shape whatever the data (and is not a view of its input)."""
-    return mean.expand_as(mu).clone(), var.expand_as(mu).clone()
-
-
 def pooled_per_sample(candidates: torch.Tensor | None, k: float | None, length: int) -> bool:
-    """Whether :class:`PooledNorm2d`'s statistics are (B, C) rather than (C,): each sample has
-    its own group (``candidates``), or the instance rule applies (maps larger than 1x1; on a
-    batch of one domain, which skips it, every row is the group's)."""
+    """Whether :class:`PooledNorm2d`'s traced operator gives (B, C) statistics rather than (C,):
+    each sample has its own group (``candidates``), or the instance rule may apply (maps larger
+    than 1x1)."""
     return candidates is not None or (k is not None and length > 1)
 
 
@@ -169,9 +166,9 @@ def _neighbourhood_operator(
     if rows:  # the pool's last rows as one group of n, the source weighted N / (N + n); no
         # instance rule (WindowedNorm2d's docstring)
         group_mu, group_s2 = pool_mu[-rows:], pool_s2[-rows:]
-        mean, var = for_each_sample(mu, *pooled_statistics(
+        mean, var = pooled_statistics(
             mu, s2, group_mu, group_s2, mu.new_ones(group_mu.shape[0]), running_mean,
-            running_var, size_weight(group_mu.shape[0], prior_strength), length, None, c, eps))
+            running_var, size_weight(group_mu.shape[0], prior_strength), length, None, c, eps)
     else:
         mean, var = neighbourhood_statistics(mu, s2, pool_mu, pool_s2, running_mean,
                                              running_var, neighbours, candidates,
@@ -191,8 +188,6 @@ def _pooled_operator(
     if candidates is None:
         mean, var = pooled_statistics(mu, s2, pool_mu, pool_s2, weight, running_mean,
                                       running_var, source_weight, length, rule, c, eps)
-        if mean.ndim == 1 and pooled_per_sample(candidates, k, length):
-            mean, var = for_each_sample(mu, mean, var)
     else:  # each sample's group: its candidate rows, equally weighted
         groups = pool_mu.new_zeros(mu.shape[0], pool_mu.shape[0])
         groups.scatter_(1, candidates, 1.0 / candidates.shape[1])
@@ -210,30 +205,42 @@ def _fake_outputs(mu, n_window, window, per_sample):
             mu.new_empty(rows, mu.shape[1]))
 
 
-# One operator each in a ``torch.compile`` graph (no autograd: dyn_adaptive takes no gradient):
-# inductor compiles the instance statistics and the normalisation around them, not the window,
-# the neighbour search, the group statistics, the mix or the rule of every layer. Each returns
-# the layer's statistics and its next window (the pool's last ``window`` rows; all of them for
-# a layer without one).
-# Never captured in a CUDA graph: each reads on the host which rows are one domain and takes its
-# branch by it, which a graph's replay would not.
-traced_neighbourhood = torch.library.custom_op(
-    "dyntta::neighbourhood_statistics", mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,)
-)(_neighbourhood_operator)
-traced_pooled = torch.library.custom_op(
-    "dyntta::pooled_statistics", mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,)
-)(_pooled_operator)
+def traced(name: str, operator: Callable, per_sample: Callable[..., bool]):
+    """``operator`` as one operator of a ``torch.compile`` graph, whose outputs have one shape
+    whatever the data: where ``per_sample(**arguments)``, a group's (C,) statistics are given to
+    each of the batch's B samples (copied; an operator's output is not a view). Eager, a layer
+    calls ``operator`` itself and normalises a group's batch with its one row.
+
+    No autograd (dyn_adaptive takes no gradient): inductor compiles the instance statistics and
+    the normalisation around it, not the window, the neighbour search, the group statistics, the
+    mix or the rule of every layer. Never captured in a CUDA graph: it reads on the host which
+    rows are one domain and takes its branch by it, which a graph's replay would not."""
+    names = list(inspect.signature(operator).parameters)
+
+    @functools.wraps(operator)
+    def fixed_shapes(*arguments):
+        mean, var, window_mean, window_var = operator(*arguments)
+        if mean.ndim == 1 and per_sample(**dict(zip(names, arguments))):
+            mean, var = mean.expand_as(arguments[0]).clone(), var.expand_as(arguments[0]).clone()
+        return mean, var, window_mean, window_var
+
+    def fake(*arguments):
+        named = dict(zip(names, arguments))
+        return _fake_outputs(named["mu"], named["n_window"], named["window"], per_sample(**named))
+
+    op = torch.library.custom_op(name, mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,))(
+        fixed_shapes)
+    op.register_fake(fake)
+    return op
 
 
-@traced_neighbourhood.register_fake
-def _(mu, s2, window_mean, window_var, n_window, window, *_args):
-    return _fake_outputs(mu, n_window, window, per_sample=True)
-
-
-@traced_pooled.register_fake
-def _(mu, s2, window_mean, window_var, n_window, window, domain_rows, weight, candidates,
-      running_mean, running_var, source_weight, length, k, c, eps):
-    return _fake_outputs(mu, n_window, window, pooled_per_sample(candidates, k, length))
+# Each returns the layer's statistics and its next window (the pool's last ``window`` rows; all
+# of them for a layer without one).
+traced_neighbourhood = traced("dyntta::neighbourhood_statistics", _neighbourhood_operator,
+                              lambda **_arguments: True)
+traced_pooled = traced("dyntta::pooled_statistics", _pooled_operator,
+                       lambda candidates, k, length, **_arguments:
+                       pooled_per_sample(candidates, k, length))
 
 
 class WindowedNorm2d(SourceNorm2d):
@@ -248,8 +255,8 @@ class WindowedNorm2d(SourceNorm2d):
     r > 0 (set by its owner before a batch: the last r samples, the batch's and those remembered
     before it, are one domain; not saved): within one domain a sample's statistics leave the
     group's by its content, not its domain, so no sample keeps its own.
-    Normalises in the fused kernel (:func:`~dyntta.norm.normalize`); eager, on a batch where
-    every sample's statistics are one group's (:meth:`one_group`), with that one (C,) row.
+    Normalises in the fused kernel (:func:`~dyntta.norm.normalize`): eager, a group's batch with
+    its one (C,) row (compiled, the traced operator gives that row to every sample, :func:`traced`).
 
     Its owner, which runs it once per forward, sets ``calls`` to 0 before each forward; a
     second call in that forward then raises.
@@ -299,24 +306,13 @@ class WindowedNorm2d(SourceNorm2d):
                                  "batch ran it once")
         mu, s2 = instance_stats(x)
         n_window = self.n_window(x.shape[0])
-        compiled = compiled_here(mu)
-        one_row = not compiled and self.one_group()
-        operator = self.traced_operator if compiled else self.operator
+        operator = self.traced_operator if compiled_here(mu) else self.operator
         mean, var, window_mean, window_var = operator(
             mu, s2, self.window_mean, self.window_var, n_window, self.window,
             *self.arguments(mu, n_window, x.shape[2] * x.shape[3]))
         if self.window:
             self.window_mean, self.window_var = window_mean, window_var
-        if one_row and mean.ndim == 2:
-            # the batch itself through the fused kernel: the folded batch's values bit for bit,
-            # without the fold's per-sample copies of the affine parameters and statistics
-            return mean[0], var[0]
         return mean, var
-
-    def one_group(self) -> bool:
-        """Whether, on the current batch, every sample's statistics are one group's (so each
-        row of the operator's (B, C) statistics is the same): the batch is one domain."""
-        return bool(self.domain_rows)
 
     def rule(self) -> tuple[float | None, float]:
         """``(k, c)`` of the instance rule; ``(None, 0.0)`` without it."""
@@ -395,10 +391,6 @@ class PooledNorm2d(WindowedNorm2d):
 
     operator = staticmethod(_pooled_operator)
     traced_operator = traced_pooled
-
-    def one_group(self) -> bool:
-        """On a batch of one domain, unless its owner gave each sample its own candidates."""
-        return self.candidates is None and super().one_group()
 
     def arguments(self, mu, n_window, length):
         rows = n_window + mu.shape[0]
