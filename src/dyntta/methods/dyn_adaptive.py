@@ -1,48 +1,49 @@
 """DYN-adaptive: DYN's cluster-aware BN with rules that adapt to the batch (beyond the paper).
 
-Not the DYN paper's method (that is ``dyn``, kept bit-identical). The BN layers, in the order
-they run, with the size of their feature maps (found by one probe forward on the first batch):
+Not the DYN paper's method (that is ``dyn``, kept bit-identical). One probe forward on the first
+batch orders the BN layers as they run and reads the size of their feature maps; each takes a role:
 
-- those before the network's last, smallest map size (and the first layer, whatever its size)
-  give each sample the statistics of its ``neighbours`` nearest samples among the last
-  ``shallow_window`` samples (the batch and those just before it), with the source weighted by
-  that size (:class:`~dyntta.norm.adaptive.NeighbourhoodNorm2d`), searched among the
-  ``MIN_IMAGES`` (32) images whose spectra are nearest the sample's
-  (:func:`~dyntta.norm.spectrum.nearest_spectra`);
-  where the spectra of the batch's images, topped up to 32 with the images just before it, say
-  they are one domain (:func:`~dyntta.norm.spectrum.one_domain`) and the batch's do not lie
-  apart from those before it (:func:`~dyntta.norm.spectrum.domain_shift`), those images are one
-  group there instead (or, for a batch of 16 to 31 whose images alone say so at the stricter
-  threshold of fewer images, the batch);
-- those at the last map size (:func:`pools`) pool the last ``deep_window`` samples (the batch
-  and those just before it), of which they keep those whose spectra look like the current pool's
-  (:class:`~dyntta.norm.WindowMatch`; the pool: the last images the spectra say are one domain,
-  else the batch topped up to ``window``) and, of those, the most recent ``deep_balance`` of each
-  predicted class (:class:`~dyntta.norm.ClassBalance`, NOTE's class-balanced memory), with a
-  source weight that follows how evenly the last ``window`` predictions spread over the classes
-  (:func:`~dyntta.norm.mixing.label_balance_weight`;
-  :class:`~dyntta.norm.adaptive.PooledNorm2d`); on a batch not of one domain each sample's group
-  there is, of those, the ``window`` whose spectra are nearest its own;
-- those of the first stage (at the network's largest map size, :func:`applies_instance_rule`)
-  apply NOTE's instance-aware rule around those statistics, with a band widened per channel to
-  the spread of instance means actually observed
-  (:func:`~dyntta.norm.adaptive.widened_instance_rule`), except on a batch the spectra say is
-  one domain: there a sample's statistics leave the group's by its content, not its domain.
+- **neighbourhood layers**, before the network's last, smallest map size (and the first layer,
+  whatever its size; :class:`~dyntta.norm.adaptive.NeighbourhoodNorm2d`): each sample takes the
+  statistics of its ``neighbours`` nearest samples among the last ``shallow_window`` (the batch
+  and those just before it), searched among the ``MIN_IMAGES`` (32) images whose spectra are
+  nearest its own (:func:`~dyntta.norm.spectrum.nearest_spectra`), the source weighted by that
+  size;
+- **pooling layers**, at the last map size (:func:`pools`;
+  :class:`~dyntta.norm.adaptive.PooledNorm2d`): one pool of the last ``deep_window`` samples, of
+  which they keep those whose spectra look like the current pool's
+  (:class:`~dyntta.norm.WindowMatch`) and, of those, the most recent ``deep_balance`` of each
+  predicted class (:class:`~dyntta.norm.ClassBalance`, NOTE's class-balanced memory), the source
+  weighted by how evenly the last ``window`` predictions spread over the classes
+  (:func:`~dyntta.norm.mixing.label_balance_weight`);
+- **the instance rule** in the layers at the largest map size (the first stage,
+  :func:`applies_instance_rule`, whatever their role above): NOTE's instance-aware rule around
+  those statistics, its band widened per channel to the observed spread of instance means
+  (:func:`~dyntta.norm.adaptive.widened_instance_rule`).
 
-Shallow layers' statistics carry the domain, deep ones' the labels (IBN-Net, Pan et al., ECCV
-2018): hence neighbourhoods in the layers before the last stage and the instance rule in the
-first stage, the layers before the first downsampling, label-balanced pools in the last stage,
-the layers after the last downsampling that feed the classifier (read from the network, not a
-share of its depth: the first and the last stage are 7 and 6 of the ResNet-20's 19 BN layers, 3
-and 2 of the MLPerf-Tiny ResNet-8's 7; in a network of one map size throughout, such as a
-ConvMixer, every layer is both, and all but the first pool). A sample's nearest samples share
-its content as well as its domain, so in a batch of one domain the batch serves better than any
-neighbourhood, and in a mixed one the search keeps to the images whose spectra (which
-corruptions move more than content does) are nearest; the deep layers' long window, too, keeps
-to the images whose spectra match the current ones, and on a mixed batch each sample's deep
-group to its spectrally nearest.
-The measurements behind each rule and constant: docs/dyn-adaptive-rules.md; its standing
-against the baselines: RESULTS.md, "`dyn_adaptive` across architectures".
+Each batch, the images' spectra say how the layers group it (:meth:`DYNAdaptive.read_spectra`):
+
+- **one domain** (the batch topped up to 32 with the images just before it spreads like one
+  domain, :func:`~dyntta.norm.spectrum.one_domain`, and the batch does not lie apart from those
+  images, :func:`~dyntta.norm.spectrum.domain_shift`; or a batch of 16 to 31 alone, at the
+  stricter threshold of fewer images): those images are one group in the neighbourhood layers,
+  the pooling layers' filter judges against them, and no layer applies the instance rule (within
+  one domain a sample's statistics leave the group's by its content, not its domain);
+- **mixed**: the neighbourhood search above; the pooling layers' filter judges against the batch
+  topped up to ``window``, and each sample's group there is the ``window`` kept rows whose
+  spectra are nearest its own.
+
+Why: shallow layers' statistics carry the domain, deep ones' the labels (IBN-Net, Pan et al.,
+ECCV 2018), so neighbourhoods before the last stage and the instance rule in the first, and
+label-balanced pools in the last stage, which feeds the classifier (stages read from the network,
+not shares of its depth: the first and the last stage are 7 and 6 of the ResNet-20's 19 BN
+layers, 3 and 2 of the MLPerf-Tiny ResNet-8's 7; in a network of one map size throughout, such as
+a ConvMixer, every layer is both, and all but the first pool). A sample's nearest samples share
+its content as well as its domain, so a batch of one domain serves better than any neighbourhood;
+in a mixed one the spectra, which corruptions move more than content does, keep each search to
+the images most likely of the sample's domain. The measurements behind each rule and constant:
+docs/dyn-adaptive-rules.md; its standing against the baselines: RESULTS.md, "`dyn_adaptive`
+across architectures".
 
 State: each layer remembers its window of instance statistics; the method owns what several
 layers share: the deep layers' source weight (buffer ``deep_source_weight``), the two window
