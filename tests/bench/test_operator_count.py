@@ -71,13 +71,12 @@ def test_a_batch_of_one_domain_is_normalised_with_its_groups_one_row(layer):
             m(torch.randn(4, 3, 5, 5, generator=g))
         m.domain_rows.fill_(8)
         x = torch.randn(4, 3, 5, 5, generator=g)
-        before = (m.window_mean, m.window_var)
+        before, n_window = (m.window_mean, m.window_var), m.n_window(4)
         with OperatorCount() as count:
             mean, var = m.statistics(x)
-        m.window_mean, m.window_var = before
-        arguments = m.arguments(x.mean((2, 3)), m.n_window(4), 25)
-        traced = m.traced_operator(*instance_stats(x), *before, m.n_window(4), m.window,
-                                   *arguments)
+        mu, s2 = instance_stats(x)
+        traced = m.traced_operator(mu, s2, *before, n_window, m.window,
+                                   *m.arguments(mu, n_window, 25))
     assert count.counts["clone"] == 0 and mean.shape == var.shape == (3,)
     assert traced[0].shape == (4, 3)
     assert torch.equal(traced[0], mean.expand(4, 3)) and torch.equal(traced[1], var.expand(4, 3))
