@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import json
 
 import numpy as np
 import torch
@@ -96,8 +97,8 @@ def oracle_model(model, domains: TrueDomains, alpha: float):
     return model.eval().requires_grad_(False)
 
 
-def deep_oracle_model(model) -> tuple[nn.Module, TrueDomainMatch]:
-    adapter = dyntta.adapt(model, "dyn_adaptive")
+def deep_oracle_model(model, options: dict | None = None) -> tuple[nn.Module, TrueDomainMatch]:
+    adapter = dyntta.adapt(model, "dyn_adaptive", **(options or {}))
     # before the first batch gives the layers their roles: the method (its spectral test reads
     # the signatures the filter remembers) and the class balance take the oracle in place of
     # the method's WindowMatch
@@ -123,15 +124,16 @@ def comparisons(labels: list[str]) -> list[tuple[str, str]]:
     return [(a, b) for a, b in pairs if b in labels]
 
 
-def build(label: str, model):
-    """The model of ``label`` and the oracle it must be shown each batch's domains (or None)."""
+def build(label: str, model, options: dict | None = None):
+    """The model of ``label`` and the oracle it must be shown each batch's domains (or None);
+    ``options``: ``dyn_adaptive``'s, for it and ``deep+domains``."""
     if label.startswith("dyn+domains"):
         domains = TrueDomains()
         _, _, alpha = label.partition("@")
         return oracle_model(model, domains, float(alpha) if alpha else DYNConfig.alpha), domains
     if label == "deep+domains":
-        return deep_oracle_model(model)
-    return dyntta.adapt(model, label), None
+        return deep_oracle_model(model, options)
+    return dyntta.adapt(model, label, **((options or {}) if label == "dyn_adaptive" else {})), None
 
 
 def run(model, stream, domains) -> tuple[list[int], list[int]]:
@@ -258,7 +260,12 @@ def main(argv=None) -> None:
     parser.add_argument("--agreement", type=int, metavar="N", default=0,
                         help="also print the synthetic agreement at each source weight on the "
                         "first N images of each stream (B = 64)")
+    parser.add_argument("--options", type=json.loads, default={}, metavar="JSON",
+                        help="dyn_adaptive's options, for it and deep+domains, e.g. "
+                        "'{\"prior_strength\": 4, \"balanced_alpha\": 0}'")
     args = parser.parse_args(argv)
+    if not isinstance(args.options, dict):
+        parser.error(f"--options takes a JSON object, got {args.options!r}")
     if args.agreement and args.agreement < BATCH:
         parser.error(f"--agreement reads whole batches of {BATCH} images, got {args.agreement}")
     entry = DATASETS[args.dataset]
@@ -285,7 +292,7 @@ def main(argv=None) -> None:
             for seed in args.seeds:
                 stream = stream_of(source, scenario, b, seed, args.n_samples, clean)
                 for label in labels:
-                    model, domains = build(label, source.model)
+                    model, domains = build(label, source.model, args.options)
                     hits, sizes = run(model, stream, domains)
                     runs[label][0].append(hits)
                     runs[label][1].append(sizes)

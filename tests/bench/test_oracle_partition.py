@@ -22,6 +22,7 @@ from benchmarks.oracle_partition import (
     synthetic_agreement,
     synthetic_shift,
 )
+from dyntta.methods.registry import method_class
 from dyntta.norm import ClusterAwareBatchNorm2d
 from tests.conftest import random_images, tiny_resnet
 
@@ -145,3 +146,18 @@ def test_at_source_weight_one_the_agreement_is_the_source_models():
         alike = sum(int((model(s).argmax(1) == reference).sum()) for s in shifted)
     assert shares[1] == alike / (BATCH * DRAWS)
     assert shares[0] != shares[1]  # at weight 0 the batch statistics answer instead
+
+
+def test_the_options_reach_dyn_adaptive_and_its_oracle_only(model):
+    for label in ("dyn_adaptive", "deep+domains"):
+        adapted, _ = build(label, model, {"neighbours": 3, "balanced_alpha": 0.0})
+        assert (adapted.config.neighbours, adapted.config.balanced_alpha) == (3, 0.0)
+        assert build(label, model)[0].config.neighbours == 8  # the default without
+    adapted, _ = build("dyn", model, {"neighbours": 3})  # not dyn_adaptive's: not passed on
+    assert isinstance(adapted, method_class("dyn"))
+
+
+def test_options_that_are_not_a_json_object_are_refused_by_name(capsys):
+    with pytest.raises(SystemExit):
+        main(["--options", "[1]"])
+    assert "--options takes a JSON object" in capsys.readouterr().err
