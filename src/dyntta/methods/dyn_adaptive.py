@@ -316,6 +316,7 @@ class DYNAdaptive(NormalizationMethod):
         rows, candidates = self.read_spectra(b)
         # the deep filter keeps the images the spectra say are one domain, else the last window
         self._match.pool = rows or self.config.window
+        self._match.blocks = b if rows else 0  # on one domain, the batches before it whole
         deep = next((m for m in self.layers() if isinstance(m, PooledNorm2d)), None)
         weight = None if deep is None else deep.filter_weights(self._balance, b)
         groups = None if rows or deep is None else self.deep_groups(weight, b)

@@ -94,9 +94,9 @@ def log_band_power(x: torch.Tensor, bands: int = BANDS) -> torch.Tensor:
 
 
 def signature_spread(signatures: torch.Tensor) -> torch.Tensor:
-    """How far (n, D) :func:`log_band_power` signatures spread across the n images: the mean
-    over the D entries of their standard deviation (nats; a 0-dim tensor)."""
-    return signatures.std(0).mean()
+    """How far (..., n, D) :func:`log_band_power` signatures spread across the n images: the
+    mean over the D entries of their standard deviation (nats; a tensor of the leading shape)."""
+    return signatures.std(-2).mean(-1)
 
 
 def signature_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -128,14 +128,22 @@ def nearest_spectra(signatures: torch.Tensor, k: int, queries: int,
 
 def domain_shift(signatures: torch.Tensor, batch: int) -> torch.Tensor:
     """How far the mean signature of the last ``batch`` of (n, D) :func:`log_band_power`
-    signatures lies from that of the rows before them, in squared standard errors: the mean
-    over the D entries of ``(m_1 - m_2)^2 / (s^2 (1 / n_1 + 1 / n_2))``, ``s^2`` the two
-    groups' pooled variance (a 0-dim tensor; near 1 when both come from one domain)."""
-    before, after = signatures[:-batch], signatures[-batch:]
-    spread = (before - before.mean(0)).square().sum(0) + (after - after.mean(0)).square().sum(0)
-    variance = spread / (signatures.shape[0] - 2)
-    difference = (after.mean(0) - before.mean(0)).square()
-    return (difference / (variance * (1 / before.shape[0] + 1 / batch))).mean()
+    signatures lies from that of the rows before them (:func:`two_sample_shift`; a 0-dim
+    tensor)."""
+    return two_sample_shift(signatures[:-batch], signatures[-batch:])
+
+
+def two_sample_shift(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    """How far the mean of (..., n_1, D) signatures ``before`` lies from that of (n_2, D)
+    ``after``, in squared standard errors: the mean over the D entries of
+    ``(m_1 - m_2)^2 / (s^2 (1 / n_1 + 1 / n_2))``, ``s^2`` the two groups' pooled variance (a
+    tensor of the leading shape; near 1 when both come from one domain)."""
+    n_1, n_2 = before.shape[-2], after.shape[-2]
+    spread = (before - before.mean(-2, keepdim=True)).square().sum(-2) + \
+        (after - after.mean(-2, keepdim=True)).square().sum(-2)
+    variance = spread / (n_1 + n_2 - 2)
+    difference = (after.mean(-2) - before.mean(-2)).square()
+    return (difference / (variance * (1 / n_1 + 1 / n_2))).mean(-1)
 
 
 def spread_threshold(n: int) -> float:

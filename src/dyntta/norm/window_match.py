@@ -6,14 +6,19 @@ domains. The owner writes a signature of each batch's samples here (:meth:`Windo
 ``dyn_adaptive`` their spectra, :func:`~dyntta.norm.spectrum.log_band_power`, which tell
 domains apart whatever the content); the deep layers then keep only the remembered samples that
 are as close to the current pool as the pool's own members are to each other
-(:meth:`WindowMatch.keep`). Closeness is the Euclidean distance of signatures.
+(:meth:`WindowMatch.keep`). Closeness is the Euclidean distance of signatures. On a pool of one
+domain, a block of remembered samples whose signatures are one domain of their own is judged
+whole, by whether its signatures lie apart from the pool's: a domain is told from another far
+better by many samples' mean than by any one sample.
 """
 
 from __future__ import annotations
 
 import torch
 
-from dyntta.norm.spectrum import signature_distances
+from dyntta.norm.spectrum import (
+    FEWEST_IMAGES, SAME_DOMAIN_SHIFT, signature_distances, signature_spread, spread_threshold,
+    two_sample_shift)
 
 
 class WindowMatch:
@@ -28,6 +33,15 @@ class WindowMatch:
         quantile: q: an older sample is kept when its distance to the nearest pool member is
             at most the ``1 - q`` quantile of the pool members' distances to their nearest other
             member (0: as close as the pool's loneliest member; 0.5: as its median member).
+
+    ``blocks``, 0 or k (its owner may set it with ``pool``; 0 at first): on a pool of one domain,
+    the older samples in blocks of k counted back from the pool (the oldest block may be
+    shorter), and a block of ``FEWEST_IMAGES`` or more whose signatures are one domain of their
+    own (:func:`~dyntta.norm.spectrum.spread_threshold`) is kept whole where they do not lie
+    apart from the pool's (:func:`~dyntta.norm.spectrum.two_sample_shift` under
+    ``SAME_DOMAIN_SHIFT``) and dropped whole where they do; the others' samples are judged one by
+    one. ``dyn_adaptive`` sets k to the batch size on a batch of one domain, so that the blocks
+    are, in a stream of one batch size, the batches as they came.
     """
 
     def __init__(self, memory: int, pool: int, quantile: float) -> None:
@@ -38,6 +52,7 @@ class WindowMatch:
         self.memory = memory
         self.pool = pool
         self.quantile = quantile
+        self.blocks = 0
         self.reset()
 
     def reset(self) -> None:
@@ -73,7 +88,27 @@ class WindowMatch:
             return kept
         nearest = signature_distances(older, pool).min(1).values
         kept[: older.shape[0]] = nearest <= self.threshold(pool)
+        if self.blocks:
+            self.judge_blocks(older, pool, kept)
         return kept
+
+    def judge_blocks(self, older: torch.Tensor, pool: torch.Tensor, kept: torch.Tensor) -> None:
+        """Keep or drop whole, in ``kept`` (the older samples' first), each block of
+        ``blocks`` older samples (counted back from the pool; the oldest may be shorter) of
+        ``FEWEST_IMAGES`` or more whose signatures are one domain of their own: kept where they
+        do not lie apart from the pool's."""
+        n, size = older.shape[0], self.blocks
+        if size < FEWEST_IMAGES:
+            return
+        rest = n % size
+        parts = [(rest, older[rest:].reshape(-1, size, older.shape[1]))]
+        if rest >= FEWEST_IMAGES:
+            parts.append((0, older[None, :rest]))
+        for start, blocks in parts:  # the whole blocks, then the oldest, shorter one
+            judged = signature_spread(blocks) < spread_threshold(blocks.shape[1])
+            near = two_sample_shift(blocks, pool) < SAME_DOMAIN_SHIFT
+            rows = kept[start : start + blocks.shape[0] * blocks.shape[1]].view(blocks.shape[:2])
+            rows.copy_(torch.where(judged[:, None], near[:, None], rows))
 
     def threshold(self, members: torch.Tensor) -> torch.Tensor:
         """The ``1 - quantile`` quantile of the members' distances to their nearest other
