@@ -4,8 +4,8 @@ domain are of that domain, and how many of that domain's it keeps.
 Every batch of the streams (15 corruptions at severity 5) whose images the method's spectral test
 judges one domain (:meth:`~dyntta.methods.dyn_adaptive.DYNAdaptive.read_spectra`) and whose pool
 (those images) truly is: of the remembered images its pooling layers would top it up with (the
-last ``deep_window - B``), the filter (:class:`~dyntta.norm.WindowMatch`, before the class
-balance, which reads predictions) keeps some; precision is the share of the kept ones of the
+last ``deep_window - B``), the filter (:class:`~dyntta.norm.WindowMatch`, with its blocks of B,
+before the class balance, which reads predictions) keeps some; precision is the share of the kept ones of the
 pool's domain, recall the share of the remembered ones of its domain that are kept. It reads the
 images' signatures only: no model runs.
 
@@ -44,7 +44,7 @@ def kept_images(method: DYNAdaptive, batches: Iterable[tuple[torch.Tensor, torch
         pool = seen[-rows:] if rows else seen[:0]
         if not rows or (pool != pool[0]).any():
             continue
-        method._match.pool = rows
+        method._match.pool, method._match.blocks = rows, b  # as the method sets them
         n_window = min(max(0, c.deep_window - b), len(seen) - b)
         if n_window:
             yield method._match.keep(n_window, b), seen[-b - n_window : -b], int(pool[0])

@@ -1,24 +1,15 @@
 """``benchmarks/deep_filter_domains.py``: on the batches judged one domain that truly are, the
-images the deep filter keeps, against a reading of its rule written out, and the precision and
-recall of what it keeps."""
+images the deep filter keeps, against a reading of its rule written out (with blocks of the batch
+size, as ``dyn_adaptive`` sets it), and the precision and recall of what it keeps."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 import dyntta
 from benchmarks.deep_filter_domains import kept_images, purity
-
-
-def filter_reference(older: np.ndarray, pool: np.ndarray, quantile: float) -> np.ndarray:
-    """WindowMatch's rule: an older image is kept when its distance to the nearest pool member
-    is at most the 1 - q quantile of the members' distances to their nearest other member."""
-    within = np.sqrt(((pool[:, None] - pool[None]) ** 2).sum(-1))
-    np.fill_diagonal(within, np.inf)
-    bar = np.quantile(within.min(1), 1 - quantile)
-    return np.sqrt(((older[:, None] - pool[None]) ** 2).sum(-1)).min(1) <= bar
+from tests.norm.test_window_match import kept_by_blocks
 
 
 @pytest.fixture
@@ -45,8 +36,8 @@ def test_the_kept_images_are_those_the_filter_keeps_on_true_one_domain_batches(m
         start, end = max(0, 32 * i - (160 - 32)), 32 * i
         assert domain == plan[i][0]
         assert torch.equal(remembered, domains[start:end])
-        reference = filter_reference(signatures[start:end], signatures[end : end + 32], 0.1)
-        assert keep.tolist() == reference.tolist()
+        # the filter with blocks of the batch size, as the method sets it
+        assert keep.tolist() == kept_by_blocks(signatures[start : end + 32], 32, 0.1)
     # far apart domains: the filter keeps only the pool's own, and most of them
     keep, remembered, domain = got[-1]
     assert not keep[remembered != domain].any() and keep[remembered == domain].sum() >= 30

@@ -500,7 +500,7 @@ def test_pooling_layers_judge_their_window_against_the_images_judged_one_domain(
         for start in (0, 16, 32):
             method(noise[start : start + 16])
     method.before_forward(blur[:16])
-    assert method._match.pool == 16
+    assert method._match.pool == 16 and method._match.blocks == 16  # the batches before, whole
     signatures = log_band_power(torch.cat([noise, blur[:16]]))
     older, pool = signatures[:48], signatures[48:]
     within = ((pool[:, None] - pool[None]) ** 2).sum(-1).sqrt().fill_diagonal_(float("inf"))
@@ -513,7 +513,7 @@ def test_pooling_layers_judge_their_window_against_the_images_judged_one_domain(
     with torch.no_grad():
         method(blur[:16])
     method.before_forward(torch.cat([noise[:8], blur[16:24]]))  # mixed: the last 64 again
-    assert method._match.pool == 64
+    assert method._match.pool == 64 and method._match.blocks == 0  # image by image
 
 
 def test_compiled_network_follows_the_one_domain_test():

@@ -21,6 +21,8 @@ from dyntta.norm.spectrum import (
     log_band_power,
     nearest_spectra,
     one_domain,
+    signature_spread,
+    two_sample_shift,
 )
 
 
@@ -151,3 +153,17 @@ def test_domain_shift_is_the_mean_squared_two_sample_t_statistic(batch, n, d, se
                         equal_var=True).statistic
     assert float(domain_shift(signatures, batch)) == pytest.approx(float(np.mean(t**2)),
                                                                    rel=1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 5), st.integers(2, 20), st.integers(2, 20), st.integers(1, 12),
+       st.integers(0, 2**16))
+def test_stacked_blocks_give_each_blocks_shift_and_spread(blocks, n_1, n_2, d, seed):
+    g = torch.Generator().manual_seed(seed)
+    stacked = torch.randn(blocks, n_1, d, generator=g, dtype=torch.float64) * 2
+    after = torch.randn(n_2, d, generator=g, dtype=torch.float64)
+    for i, block in enumerate(stacked):
+        assert float(two_sample_shift(stacked, after)[i]) == pytest.approx(
+            float(domain_shift(torch.cat([block, after]), n_2)), rel=1e-12)
+        assert float(signature_spread(stacked)[i]) == pytest.approx(
+            float(block.std(0).mean()), rel=1e-12)

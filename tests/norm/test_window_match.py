@@ -3,6 +3,8 @@ reading of the rule, its invariants, and its effect inside a layer."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -119,3 +121,61 @@ def test_reset_forgets_the_signatures():
     assert match.current is None
     with pytest.raises(RuntimeError, match="observe"):
         match.keep(0, 4)
+
+
+def kept_by_blocks(rows: np.ndarray, size: int, quantile: float) -> list[bool]:
+    """The block rule read directly, on a pool of the last ``size`` rows: the image rule, then
+    each block of ``size`` older rows counted back from the pool (the oldest may be shorter)
+    of 16 or more whose spread (the mean over the entries of their standard deviation) is
+    under 1.2 (32 rows or more) or 0.8 (fewer) is kept whole where the mean over the entries
+    of the two-sample squared t statistic against the pool is under 4, else dropped whole."""
+    kept = kept_by_the_rule(rows, size, quantile)
+    older, pool = rows[:-size], rows[-size:]
+    for end in range(len(older), 0, -size):
+        block = older[max(0, end - size) : end]
+        if len(block) < 16 or block.std(0, ddof=1).mean() >= (1.2 if len(block) >= 32 else 0.8):
+            continue
+        n1, n2 = len(block), size
+        pooled = (((block - block.mean(0)) ** 2).sum(0) + ((pool - pool.mean(0)) ** 2).sum(0)) \
+            / (n1 + n2 - 2)
+        t2 = ((pool.mean(0) - block.mean(0)) ** 2 / (pooled * (1 / n1 + 1 / n2))).mean()
+        kept[max(0, end - size) : end] = [bool(t2 < 4.0)] * len(block)
+    return kept
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([16, 20, 32]), st.integers(1, 4),
+       st.sampled_from([0, 5, 17]), st.floats(0.0, 1.0))
+def test_blocks_of_one_domain_are_kept_or_dropped_whole(seed, size, n_blocks, rest, quantile):
+    rng = np.random.default_rng(seed)
+    # blocks tight (one domain of their own) or wide, around the pool's centre or away from it
+    centres = [rng.choice([0.0, 0.3, 3.0]) for _ in range(n_blocks + 2)]
+    spreads = [rng.choice([0.3, 1.0, 2.0]) for _ in range(n_blocks + 1)]
+    older = [rng.normal(centres[i], spreads[i], size=(size, 3)) for i in range(n_blocks)]
+    older.insert(0, rng.normal(centres[-2], spreads[-1], size=(rest, 3)))
+    rows = np.concatenate([*older, rng.normal(centres[-1], 0.3, size=(size, 3))])
+    memory = len(rows) - size
+    match = observed(WindowMatch(memory, size, quantile), [rows[:memory], rows[memory:]])
+    match.blocks = size
+    assert match.keep(memory, size).tolist() == kept_by_blocks(rows, size, quantile)
+
+
+def test_blocks_under_sixteen_leave_the_image_rule():
+    batches, memory, rows = random_stream(3, 8, 6)
+    plain = observed(WindowMatch(memory, 8, 0.1), batches).keep(memory, 8)
+    match = observed(WindowMatch(memory, 8, 0.1), batches)
+    match.blocks = 8
+    assert torch.equal(match.keep(memory, 8), plain)
+
+
+def test_fewer_remembered_than_a_block_are_judged_as_one_shorter_block_without_warnings():
+    rng = np.random.default_rng(5)
+    tight = rng.normal(0.0, 0.3, size=(20, 3))  # one domain of its own, near the pool
+    rows = np.concatenate([tight, rng.normal(0.0, 0.3, size=(32, 3))])
+    match = observed(WindowMatch(20, 32, 0.9), [rows[:20], rows[20:]])
+    match.blocks = 32
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kept = match.keep(20, 32)
+    assert kept.tolist() == kept_by_blocks(rows, 32, 0.9) == [True] * 20
+    assert not all(kept_by_the_rule(rows, 32, 0.9))  # the image rule alone drops some

@@ -12,7 +12,8 @@ batch orders the BN layers as they run and reads the size of their feature maps;
 - **pooling layers**, at the last map size (:func:`pools`;
   :class:`~dyntta.norm.adaptive.PooledNorm2d`): one pool of the last ``deep_window`` samples, of
   which they keep those whose spectra look like the current pool's
-  (:class:`~dyntta.norm.WindowMatch`) and, of those, the most recent ``deep_balance`` of each
+  (:class:`~dyntta.norm.WindowMatch`; on a batch of one domain it judges whole each block of B
+  before it that is one domain of its own) and, of those, the most recent ``deep_balance`` of each
   predicted class (:class:`~dyntta.norm.ClassBalance`, NOTE's class-balanced memory), the source
   weighted by how evenly the last ``window`` predictions spread over the classes
   (:func:`~dyntta.norm.mixing.label_balance_weight`);

@@ -101,7 +101,7 @@ class WindowMatch:
         if size < FEWEST_IMAGES:
             return
         rest = n % size
-        parts = [(rest, older[rest:].reshape(-1, size, older.shape[1]))]
+        parts = [(rest, older[rest:].reshape(-1, size, older.shape[1]))] if n >= size else []
         if rest >= FEWEST_IMAGES:
             parts.append((0, older[None, :rest]))
         for start, blocks in parts:  # the whole blocks, then the oldest, shorter one
