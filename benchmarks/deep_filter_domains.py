@@ -44,7 +44,7 @@ def kept_images(method: DYNAdaptive, batches: Iterable[tuple[torch.Tensor, torch
         pool = seen[-rows:] if rows else seen[:0]
         if not rows or (pool != pool[0]).any():
             continue
-        method._match.pool, method._match.blocks = rows, b  # as the method sets them
+        method.aim_filter(rows, b)
         n_window = min(max(0, c.deep_window - b), len(seen) - b)
         if n_window:
             yield method._match.keep(n_window, b), seen[-b - n_window : -b], int(pool[0])

@@ -296,6 +296,15 @@ class DYNAdaptive(NormalizationMethod):
         pool = recent[-max(self.config.shallow_window, b) :]
         return rows, nearest_spectra(pool, MIN_IMAGES, b)
 
+    def aim_filter(self, rows: int, batch_size: int) -> None:
+        """Set the deep filter for a batch of ``batch_size`` whose last ``rows`` images the
+        spectra say are one domain (:meth:`read_spectra`): it keeps those images and judges the
+        blocks of ``batch_size`` before them whole where they are one domain of their own; on a
+        batch not of one domain (``rows`` 0) it keeps the last ``window`` images and judges the
+        others one by one."""
+        self._match.pool = rows or self.config.window
+        self._match.blocks = batch_size if rows else 0
+
     def deep_groups(self, weight: torch.Tensor, batch_size: int) -> torch.Tensor:
         """Each image's group in the pooling layers on a batch not of one domain: (B, K) indices
         into their pool (the batch after the remembered samples that top it up; ``weight``,
@@ -315,9 +324,7 @@ class DYNAdaptive(NormalizationMethod):
         self._match.observe(log_band_power(x.detach().float()))
         b = x.shape[0]
         rows, candidates = self.read_spectra(b)
-        # the deep filter keeps the images the spectra say are one domain, else the last window
-        self._match.pool = rows or self.config.window
-        self._match.blocks = b if rows else 0  # on one domain, the batches before it whole
+        self.aim_filter(rows, b)
         deep = next((m for m in self.layers() if isinstance(m, PooledNorm2d)), None)
         weight = None if deep is None else deep.filter_weights(self._balance, b)
         groups = None if rows or deep is None else self.deep_groups(weight, b)

@@ -153,9 +153,16 @@ def spread_threshold(n: int) -> float:
 
 
 def one_domain(signatures: torch.Tensor) -> bool:
-    """Whether images look like one domain: their (n, D) :func:`log_band_power` signatures'
-    :func:`signature_spread` is under :func:`spread_threshold` ``(n)`` nats (never for fewer
-    than ``FEWEST_IMAGES`` images)."""
-    if signatures.shape[0] < FEWEST_IMAGES:
-        return False
-    return bool(signature_spread(signatures) < spread_threshold(signatures.shape[0]))
+    """Whether images look like one domain: :func:`spread_says_one_domain` of their (n, D)
+    :func:`log_band_power` signatures."""
+    return bool(spread_says_one_domain(signatures))
+
+
+def spread_says_one_domain(signatures: torch.Tensor) -> torch.Tensor:
+    """Whether each set of n images of (..., n, D) :func:`log_band_power` signatures looks like
+    one domain: their :func:`signature_spread` is under :func:`spread_threshold` ``(n)`` nats
+    (never for fewer than ``FEWEST_IMAGES`` images). A bool tensor of the leading shape."""
+    n = signatures.shape[-2]
+    if n < FEWEST_IMAGES:
+        return torch.zeros(signatures.shape[:-2], dtype=torch.bool, device=signatures.device)
+    return signature_spread(signatures) < spread_threshold(n)

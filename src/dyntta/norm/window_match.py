@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from dyntta.norm.spectrum import (
-    FEWEST_IMAGES, SAME_DOMAIN_SHIFT, signature_distances, signature_spread, spread_threshold,
+    FEWEST_IMAGES, SAME_DOMAIN_SHIFT, signature_distances, spread_says_one_domain,
     two_sample_shift)
 
 
@@ -37,7 +37,7 @@ class WindowMatch:
     ``blocks``, 0 or k (its owner may set it with ``pool``; 0 at first): on a pool of one domain,
     the older samples in blocks of k counted back from the pool (the oldest block may be
     shorter), and a block of ``FEWEST_IMAGES`` or more whose signatures are one domain of their
-    own (:func:`~dyntta.norm.spectrum.spread_threshold`) is kept whole where they do not lie
+    own (:func:`~dyntta.norm.spectrum.spread_says_one_domain`) is kept whole where they do not lie
     apart from the pool's (:func:`~dyntta.norm.spectrum.two_sample_shift` under
     ``SAME_DOMAIN_SHIFT``) and dropped whole where they do; the others' samples are judged one by
     one. ``dyn_adaptive`` sets k to the batch size on a batch of one domain, so that the blocks
@@ -105,7 +105,7 @@ class WindowMatch:
         if rest >= FEWEST_IMAGES:
             parts.append((0, older[None, :rest]))
         for start, blocks in parts:  # the whole blocks, then the oldest, shorter one
-            judged = signature_spread(blocks) < spread_threshold(blocks.shape[1])
+            judged = spread_says_one_domain(blocks)
             near = two_sample_shift(blocks, pool) < SAME_DOMAIN_SHIFT
             rows = kept[start : start + blocks.shape[0] * blocks.shape[1]].view(blocks.shape[:2])
             rows.copy_(torch.where(judged[:, None], near[:, None], rows))
