@@ -4,7 +4,8 @@
     OMP_NUM_THREADS=1 python benchmarks/compile_latency.py --models resnet50 --warmup 0 --repeats 1
     OMP_NUM_THREADS=1 python benchmarks/compile_latency.py --compile-only --models resnet20 \
         --methods source tbn dyn dyn_adaptive --rounds 2
-    python benchmarks/compile_latency.py --device cuda --models resnet26 --batch-sizes 64
+    python benchmarks/compile_latency.py --device cuda --models resnet26 --batch-sizes 64 \
+        [--mode reduce-overhead]
 
 For each model (``dyntta.models.build``, randomly initialised, wrapped in ``Normalized``, CIFAR
 input 32x32) and method, one eager and one compiled method (``dyntta.adapt(..., compile=True)``,
@@ -14,8 +15,10 @@ rounds and timed rounds; each round calls every (method, eager / compiled) once 
 fresh batch, in turn, so machine load affects them alike. Reported: median ms per batch,
 compiled / eager speed-up, DYN compiled / source eager (goal: <= 1) with a 95% percentile
 bootstrap interval over rounds (paired by round; one round gives no interval), the graphs
-compiled so far (one graph serves every batch size when the count stays put), and the cost of
-the input value check (``check_values``, one ``aminmax``) relative to the source's eager forward.
+compiled so far (one graph serves every batch size when the count stays put), the share of the
+timed batches' predictions the compiled method shares with the eager one (each fed the same
+batches), and the cost of the input value check (``check_values``, one ``aminmax``) relative to
+the source's eager forward.
 
 ``--compile-only`` times compilation alone, each (model, method) in a fresh process with an empty
 inductor cache (nothing reused from another method's or an earlier run's kernels) and inductor's
@@ -75,14 +78,15 @@ def synchronised(clock):
 
 
 def run(arch: str, methods: list[str], batch_sizes: list[int], warmup: int, repeats: int,
-        clock: str, seed: int, device: str = "cpu") -> list[str]:
+        clock: str, seed: int, device: str = "cpu", mode: str | None = None) -> list[str]:
     cuda = torch.device(device).type == "cuda"
     now = synchronised(CLOCKS[clock]) if cuda else CLOCKS[clock]
     torch.manual_seed(seed)
     model = Normalized(build(arch), (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261))
     model = model.eval().to(device)
     eager = {m: dyntta.adapt(model, m) for m in methods}
-    compiled = {m: dyntta.adapt(model, m, compile=True) for m in methods}
+    options = {"mode": mode} if mode else True
+    compiled = {m: dyntta.adapt(model, m, compile=options) for m in methods}
     generator = torch.Generator().manual_seed(seed)
     rows, notes = [], []
     x = torch.rand(batch_sizes[0], 3, 32, 32, generator=generator).to(device)
@@ -95,15 +99,18 @@ def run(arch: str, methods: list[str], batch_sizes: list[int], warmup: int, repe
     for b in batch_sizes:
         times: dict[tuple[str, str], list[float]] = {
             (m, kind): [] for m in methods for kind in ("eager", "compiled")}
-        check = []
+        check, agree = [], {m: [] for m in methods}
         for i in range(warmup + repeats):
             x = torch.rand(b, 3, 32, 32, generator=generator).to(device)
             for m in methods:
+                predicted = {}
                 for kind, method in (("eager", eager[m]), ("compiled", compiled[m])):
                     start = now()
-                    method(x)
+                    predicted[kind] = method(x).argmax(1)
                     if i >= warmup:
                         times[m, kind].append(now() - start)
+                if i >= warmup:
+                    agree[m].append((predicted["eager"] == predicted["compiled"]).float().mean())
             start = now()
             check_values(x)
             if i >= warmup:
@@ -115,7 +122,8 @@ def run(arch: str, methods: list[str], batch_sizes: list[int], warmup: int, repe
             rows.append(
                 f"| {arch} | {b} | {m} | {1e3 * med[m, 'eager']:.1f} | "
                 f"{1e3 * med[m, 'compiled']:.1f} | {med[m, 'eager'] / med[m, 'compiled']:.2f} | "
-                f"{ratio} | {graphs_compiled()} |")
+                f"{ratio} | {100 * float(torch.stack(agree[m]).mean()):.2f} | "
+                f"{graphs_compiled()} |")
         share = statistics.median(check) / med["source", "eager"]
         print(f"{arch} B={b}: value check {1e3 * statistics.median(check):.2f} ms "
               f"= {100 * share:.2f}% of the source's eager forward", flush=True)
@@ -182,6 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu",
                         help="where the latency rounds run (cuda: the clock is read after the "
                         "GPU finishes); --compile-only runs on the CPU")
+    parser.add_argument("--mode", help="torch.compile's mode for the latency rounds (e.g. "
+                        "reduce-overhead: CUDA graphs on a GPU); default: its default")
     parser.add_argument("--compile-one", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.compile_one:
@@ -207,10 +217,11 @@ def main(argv: list[str] | None = None) -> None:
           f"clock, {args.warmup} warm-up + {args.repeats} timed rounds per batch size\n",
           flush=True)
     rows = ["| model | B | method | eager ms | compiled ms | speed-up | compiled / source eager "
-            "| graphs so far |", "|---|---:|---|---:|---:|---:|---|---:|"]
+            "| predictions as eager (%) | graphs so far |",
+            "|---|---:|---|---:|---:|---:|---|---:|---:|"]
     for arch in args.models:
         rows += run(arch, args.methods, args.batch_sizes, args.warmup, args.repeats, args.clock,
-                    args.seed, args.device)
+                    args.seed, args.device, args.mode)
     print("\n" + "\n".join(rows))
 
 
