@@ -1,6 +1,7 @@
 """The README's "Benchmark your own model" runs as written in a fresh folder: its shell block
 (a module file, a short training run, a grid, ``dyntta bench``, ``dyntta report``) prints the
-table the README shows, and its Python block runs as pasted."""
+table the README shows where the training gives the weights the README names (on another kind of
+CPU, a table of the same rows), and its Python block runs as pasted."""
 
 from __future__ import annotations
 
