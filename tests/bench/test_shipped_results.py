@@ -168,6 +168,19 @@ def test_the_refreshed_resnet8_table_is_what_its_records_give(computed):
     assert label in glance()
 
 
+def test_the_retrained_vgg_and_depthwise_verdicts_are_what_their_records_give():
+    rows = table_rows("dev_retrained")
+    vgg, depthwise = verdicts(rows, "VGG, BN after ReLU"), verdicts(rows, "depthwise")
+    text = " ".join(RESULTS.read_text().split())
+    assert (f"ahead of the best baseline in {vgg[0]}, tied in {vgg[1]} and behind in {vgg[2]} "
+            f"of the VGG's {sum(vgg)} cells") in text
+    assert depthwise[2] == 0 and \
+        f"ahead in {depthwise[0]} and tied in {depthwise[1]} of the depthwise net's" in text
+    (gap,) = [c for c in map(cells, rows) if c["mark"] == "-"]
+    assert (gap["model"], gap["scenario"], gap["b"]) == ("VGG, BN after ReLU", "continual", 64)
+    assert f"continual stream at B = 64 again, {gap['difference']} against {gap['best']}" in text
+
+
 def test_the_calibrated_refreshed_resnet8_has_the_same_baseline_records():
     def lines(name, focus):
         return sorted(line for line in records(name).read_text().splitlines()
