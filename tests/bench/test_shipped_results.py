@@ -1,8 +1,8 @@
 """The shipped results are current: RESULTS.md's default benchmark (table and paired differences)
 and its tables of ``dyn_adaptive`` against the baselines (the ResNet-20 and the digits at B = 64,
 the ResNet-20 and ResNet-8 grids, the digits, B = 1, the VGG and the depthwise net, the held-out
-models; the ResNet-8 with its statistics re-estimated; the VGG and the depthwise net trained again,
-with their checkpoints) are what their records (``results/``) give,
+models; the ResNet-8 with its statistics re-estimated; four models trained again, with their
+checkpoints) are what their records (``results/``) give,
 every row of its "At a glance" counts is those tables' verdicts and the README's tally is that
 table's, the paper comparison (``results/real_paper/paper.md``, and RESULTS.md's Table 1, digest
 and claims from it) is what its records and the paper's numbers give, and the digits records are
@@ -171,7 +171,7 @@ def test_the_refreshed_resnet8_table_is_what_its_records_give(computed):
     assert label in glance()
 
 
-def test_the_retrained_vgg_and_depthwise_verdicts_are_what_their_records_give():
+def test_the_retrained_models_verdicts_are_what_their_records_give():
     rows = table_rows("dev_retrained")
     vgg, depthwise = verdicts(rows, "VGG, BN after ReLU"), verdicts(rows, "depthwise")
     text = " ".join(RESULTS.read_text().split())
@@ -179,6 +179,11 @@ def test_the_retrained_vgg_and_depthwise_verdicts_are_what_their_records_give():
             f"of the VGG's {sum(vgg)} cells") in text
     assert depthwise[2] == 0 and \
         f"ahead in {depthwise[0]} and tied in {depthwise[1]} of the depthwise net's" in text
+    wrn, r18 = verdicts(rows, "wide ResNet"), verdicts(rows, "ResNet-18, quarter width")
+    assert wrn[2] == r18[2] == 0
+    assert (f"ahead in {wrn[0]} and tied in {wrn[1]} of the wide ResNet's {sum(wrn)} cells at B = 64 "
+            f"and 16 and ahead in {r18[0]} and tied in {r18[1]} of the ResNet-18's, behind in "
+            "none") in text
     (gap,) = [c for c in map(cells, rows) if c["mark"] == "-"]
     assert (gap["model"], gap["scenario"], gap["b"]) == ("VGG, BN after ReLU", "continual", 64)
     assert f"continual stream at B = 64 again, {gap['difference']} against {gap['best']}" in text
@@ -188,7 +193,7 @@ def test_the_retrained_checkpoints_are_those_of_their_records():
     shipped = {json.loads(line)["config"]["dataset"]["checkpoint"]:
                json.loads(line)["config"]["source"]["weights_sha256"]
                for line in records("dev_retrained").read_text().splitlines()}
-    assert set(shipped) == {"vgg_bn_after_relu.pt", "depthwise_net.pt"}
+    assert set(shipped) == {p.name for p in (ROOT / "results" / "dev_retrained").glob("*.pt")}
     for checkpoint, fingerprint in shipped.items():
         model = getattr(dev_architectures, checkpoint.removesuffix(".pt"))()
         model.load_state_dict(torch.load(ROOT / "results" / "dev_retrained" / checkpoint))
