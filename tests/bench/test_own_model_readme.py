@@ -27,9 +27,9 @@ def code_blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", section(), re.S)
 
 
-def shown_paragraph() -> str:
-    """The README's words between the shell block and the table it shows."""
-    return " ".join(section().split("```sh", 1)[1].split("```", 2)[1].split("| method")[0].split())
+def after_shell_block() -> str:
+    """What the README shows after its shell block: its words on the table, then the table."""
+    return section().split("```sh", 1)[1].split("```", 2)[1].split("From Python")[0]
 
 
 def table_rows(text: str) -> dict[str, list[float]]:
@@ -56,12 +56,13 @@ def test_the_shell_example_prints_the_table_shown(tmp_path, env):
     done = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
-    shown = section().split("```sh", 1)[1].split("```", 2)[1].split("From Python")[0]
+    shown = after_shell_block()
     printed, expected = table_rows(done.stdout.split("results and report in")[0]), table_rows(shown)
     assert list(printed) == list(expected) == ["source", "alpha_bn", "dyn", "tbn"]
     records = (tmp_path / "runs" / "mynet" / "results.jsonl").read_text().splitlines()
     (weights,) = {json.loads(line)["config"]["source"]["weights_sha256"] for line in records}
-    if f"`weights_sha256` in each record is `{weights}`" in shown_paragraph():
+    words = " ".join(shown.split("| method")[0].split())
+    if f"`weights_sha256` in each record is `{weights}`" in words:
         assert printed == expected  # the weights the README's table came from: the same table
     for values in printed.values():  # any weights: accuracies, then their mean
         assert all(0 <= v <= 100 for v in values)

@@ -190,13 +190,13 @@ def test_the_retrained_models_verdicts_are_what_their_records_give():
 
 
 def test_the_retrained_checkpoints_are_those_of_their_records():
-    shipped = {json.loads(line)["config"]["dataset"]["checkpoint"]:
-               json.loads(line)["config"]["source"]["weights_sha256"]
-               for line in records("dev_retrained").read_text().splitlines()}
-    assert set(shipped) == {p.name for p in (ROOT / "results" / "dev_retrained").glob("*.pt")}
+    folder = records("dev_retrained").parent
+    shipped = {r["config"]["dataset"]["checkpoint"]: r["config"]["source"]["weights_sha256"]
+               for r in read_results(folder / "results.jsonl")}
+    assert set(shipped) == {p.name for p in folder.glob("*.pt")}
     for checkpoint, fingerprint in shipped.items():
         model = getattr(dev_architectures, checkpoint.removesuffix(".pt"))()
-        model.load_state_dict(torch.load(ROOT / "results" / "dev_retrained" / checkpoint))
+        model.load_state_dict(torch.load(folder / checkpoint))
         assert weights_fingerprint(model) == fingerprint, checkpoint
 
 
