@@ -23,11 +23,13 @@ benchmarks.dev_architectures:NAME --checkpoint FILE`` from the repository root l
 weights and input normalisation into it). This script trains them on one half of the CIFAR-10
 test images (the even rows of the npz; its rows are sorted by class, so each half holds every
 class alike) and writes the other half (the odd rows) for testing, so no test image was seen in
-training. Training runs on one thread unless ``--threads`` says otherwise, so the same CPU
-always trains the same weights:
+training. Training runs on one thread unless ``--threads`` says otherwise, so the same kind of
+CPU always trains the same weights; another kind trains others. The checkpoints behind RESULTS.md
+are in ``results/dev_models/``: ``--models`` with no name writes the test half alone, for them:
 
     PYTHONPATH=src python benchmarks/dev_architectures.py ../shared/data/cifar10-test-jpeg.npz \\
-        --out ../dev-models
+        --out ../dev-models --models
+    cp results/dev_models/*.pt ../dev-models/
     dyntta bench --config configs/dev_architectures.toml --data-dir ../dev-models
 """
 
