@@ -42,7 +42,7 @@ MODELS = {"npz resnet20-cifar10": "ResNet-20", "npz resnet8-mlperf-cifar10": "Re
 """RESULTS.md's name of each model the records name by dataset and checkpoint."""
 TABLES = ["successor_architectures", "successor_architectures_200",
           "successor_architectures_200_seeds345", "successor_digits", "successor_digits_seeds345",
-          "successor_b1"]
+          "successor_digits_200", "successor_digits_200_seeds345", "successor_b1"]
 GLANCE = {  # "At a glance" row: (its records, its models)
     "ResNet-20 (its family chose the defaults)": (("successor_architectures", "successor_b1"),
                                                   "ResNet-20"),
@@ -55,6 +55,10 @@ GLANCE = {  # "At a glance" row: (its records, its models)
     "MLPerf-Tiny ResNet-8, 200 rows per domain, seeds 3-5": (
         ("successor_architectures_200_seeds345",), "ResNet-8"),
     "digits ResNet-20, seeds 3-5": (("successor_digits_seeds345",), "digits ResNet-20"),
+    "digits ResNet-20, 200 rows per domain (in-sample)": (("successor_digits_200",),
+                                                          "digits ResNet-20"),
+    "digits ResNet-20, 200 rows per domain, seeds 3-5": (("successor_digits_200_seeds345",),
+                                                         "digits ResNet-20"),
     "VGG, BN after ReLU (trained here)": (("dev_vgg_depthwise", "dev_vgg_depthwise_b4_b1"),
                                           "VGG, BN after ReLU"),
     "depthwise net (trained here)": (("dev_vgg_depthwise", "dev_vgg_depthwise_b4_b1"),
