@@ -35,6 +35,7 @@ class LayerClock:
         self.times: dict[str, list[float]] = {
             "forward": [], "in the network": [], "repeated at once": []}
         self.inputs: dict[SourceNorm2d, torch.Tensor] = {}
+        self.spent = {"in the network": 0.0, "repeated at once": 0.0}  # this forward's
         for layer in self.layers:
             layer.register_forward_pre_hook(lambda m, args: self.time_layer(m, args[0]))
 
@@ -48,7 +49,7 @@ class LayerClock:
         self.inputs[layer] = x
 
     def forward(self, x: torch.Tensor, record: bool) -> None:
-        self.spent = {"in the network": 0.0, "repeated at once": 0.0}
+        self.spent = dict.fromkeys(self.spent, 0.0)
         start = time.process_time()
         self.model(x)
         forward = time.process_time() - start - self.spent["repeated at once"]
