@@ -3,6 +3,7 @@ their limiting cases."""
 
 from __future__ import annotations
 
+import functools
 import pytest
 import torch
 from hypothesis import given, settings
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 from dyntta.norm.adaptive import (
     NeighbourhoodNorm2d, PooledNorm2d, traced_neighbourhood, traced_pooled, widened_instance_rule)
 from dyntta.norm.layers import normalize
-from dyntta.norm.mixing import label_balance_weight, size_weight
+from dyntta.norm.mixing import bounded_mix, label_balance_weight, size_weight
 from dyntta.norm.stats import spread_ratio
 from tests.norm.test_layers import mixed_batch, source_bn
 
@@ -104,6 +105,59 @@ def test_neighbourhood_layer_set_to_one_domain_takes_its_last_rows_at_the_size_w
     assert "domain_rows" not in layer.state_dict()  # its owner's, set before each batch
 
 
+def bounded_reference(group, bn, a):
+    """A group's pixels' mean and variance, each moved towards the source's by ``a`` times
+    their difference where that is within one standard deviation of the members' instance
+    means (variances), else by ``a`` times that deviation, towards the source."""
+    mu, s2 = group.mean((2, 3)), group.var((2, 3))
+    own = (mu.mean(0), s2.mean(0) + mu.var(0, unbiased=False))
+    out = []
+    for value, source, sd in zip(own, (bn.running_mean, bn.running_var),
+                                 (mu.std(0, unbiased=False), s2.std(0, unbiased=False))):
+        d = value - source
+        pull = torch.where(d.abs() <= sd, a * d, a * sd * torch.sign(d))
+        out.append(value - pull)
+    return out
+
+
+@pytest.mark.parametrize("rows", [4, 7, 30])
+def test_neighbourhood_layer_with_the_instance_rule_bounds_the_source_pull_on_one_domain(rows):
+    """With the instance rule, a group of one domain keeps its own statistics but for at most
+    the size weight times its members' spread towards the source's: unchanged where the
+    source lies within that spread (half the channels here), bounded where it lies far."""
+    bn = source_bn().double()
+    x = mixed_batch(b=10)
+    group = x[max(0, 10 - rows) :]
+    mu, s2 = group.mean((2, 3)), group.var((2, 3))
+    far = torch.arange(6) % 2 == 0  # the source far from the group on these channels
+    bn.running_mean.copy_(torch.where(far, mu.mean(0) + 10, mu.mean(0) + 0.1 * mu.std(0)))
+    bn.running_var.copy_(torch.where(far, s2.mean(0) * 20, s2.mean(0)))
+    layer = NeighbourhoodNorm2d(bn, window=16, neighbours=3, prior_strength=4.0,
+                                instance=(8.0, 2.5)).double()
+    layer(x[:6])
+    layer.domain_rows.fill_(rows)
+    a = 4.0 / (4.0 + group.shape[0])
+    got = layer.statistics(x[6:])
+    for value, expected in zip(got, bounded_reference(group, bn, a)):
+        torch.testing.assert_close(value, expected)
+    plain = group_reference(group, bn, None, a)
+    torch.testing.assert_close(got[0][~far], plain[0][0, ~far])  # near: mixed as without it
+    assert (got[0][far] - plain[0][0, far]).abs().min() > 1.0  # far: the group's own, nearly
+
+
+@given(st.floats(-5, 5), st.floats(-5, 5), st.floats(0, 1), st.floats(0, 3))
+def test_bounded_mix_moves_by_at_most_weight_times_bound(source, target, weight, bound):
+    """It moves ``target`` towards ``source`` (never past it), by ``weight`` times their
+    difference while that is within ``bound``, and never further than ``weight * bound``."""
+    t = functools.partial(torch.tensor, dtype=torch.float64)
+    got = float(bounded_mix(t(source), t(target), weight, t(bound)))
+    moved = target - got
+    assert abs(moved) <= weight * bound + 1e-12
+    assert moved * (target - source) >= 0 and abs(moved) <= abs(target - source) + 1e-12
+    if abs(target - source) <= bound:
+        assert got == pytest.approx(weight * source + (1 - weight) * target, abs=1e-9)
+
+
 each_windowed_layer = pytest.mark.parametrize(
     "make", [lambda bn, instance: NeighbourhoodNorm2d(bn, 16, 4, 4.0, instance),
              lambda bn, instance: PooledNorm2d(bn, 16, 0.3, instance)],
@@ -124,7 +178,8 @@ def test_the_one_domain_mark_stays_on_the_host_when_the_layer_moves(make):
 def test_layers_apply_the_instance_rule_only_off_one_domain(make):
     """With a band of 0 standard errors the rule leaves every sample its own statistics: so it
     does off one domain, and on a batch its owner marks one domain each sample has its group's
-    statistics, as without the rule."""
+    statistics, whatever the band (the pooled layer's as without the rule; the neighbourhood
+    layer's with the source's pull bounded, the next test)."""
     bn = source_bn().double()
     x = mixed_batch(b=10)
 
@@ -134,7 +189,8 @@ def test_layers_apply_the_instance_rule_only_off_one_domain(make):
         layer.domain_rows.fill_(rows)
         return layer.statistics(x[6:])
 
-    for got, expected in zip(statistics((0.0, 0.0), 7), statistics(None, 7)):
+    reference = None if isinstance(make(bn, None), PooledNorm2d) else (8.0, 2.5)
+    for got, expected in zip(statistics((0.0, 0.0), 7), statistics(reference, 7)):
         torch.testing.assert_close(got, expected)
         assert got.shape == (x.shape[1],)  # one group: the whole batch's row
     own_mean, own_var = x[6:].mean((2, 3)), x[6:].var((2, 3))

@@ -24,7 +24,7 @@ from torch import nn
 
 from dyntta.norm.class_balance import ClassBalance
 from dyntta.norm.layers import SourceNorm2d, compiled_here, mix
-from dyntta.norm.mixing import size_weight
+from dyntta.norm.mixing import bounded_mix, size_weight
 from dyntta.norm.neighbours import nearest_neighbours
 from dyntta.norm.stats import (
     instance_stats, neighbourhood_stats, shrink_to_reference, spread_ratio, weighted_stats)
@@ -128,6 +128,35 @@ def pooled_statistics(
                         running_mean, running_var, length, k, c, eps)
 
 
+def one_domain_statistics(
+    group_mu: torch.Tensor,
+    group_s2: torch.Tensor,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    prior_strength: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A group of n samples of one domain: its mean ``m`` and variance ``v`` (of its pixels, by
+    the law of total variance), each pulled towards the source's by the size weight
+    ``N / (N + n)`` times its difference from it, but by at most that weight times the standard
+    deviation of the members' instance means (for ``m``) or variances (for ``v``)
+    (:func:`~dyntta.norm.mixing.bounded_mix`). Where the domain moved the statistics further
+    than its samples spread (low contrast, a colour cast), the group keeps its own; near the
+    source it is mixed as by :func:`pooled_statistics`.
+
+    Args:
+        group_mu, group_s2: (n, C) the members' instance means and variances.
+
+    Returns:
+        ``(mean, var)``, each (C,).
+    """
+    weight = size_weight(group_mu.shape[0], prior_strength)
+    spread = group_mu.var(0, unbiased=False)
+    mean = bounded_mix(running_mean, group_mu.mean(0), weight, spread.sqrt())
+    var = bounded_mix(running_var, group_s2.mean(0) + spread, weight,
+                      group_s2.std(0, unbiased=False))
+    return mean, var
+
+
 def pool_of(mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None,
             window_var: torch.Tensor | None, n_window: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch's (B, C) instance statistics after the last ``n_window`` remembered ones."""
@@ -163,7 +192,10 @@ def _neighbourhood_operator(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     pool_mu, pool_s2 = pool_of(mu, s2, window_mean, window_var, n_window)
     rows = int(domain_rows)
-    if rows:  # the pool's last rows as one group of n, the source weighted N / (N + n); no
+    if rows and k is not None:  # one group; the pull bounded (NeighbourhoodNorm2d's docstring)
+        mean, var = one_domain_statistics(pool_mu[-rows:], pool_s2[-rows:], running_mean,
+                                          running_var, prior_strength)
+    elif rows:  # the pool's last rows as one group of n, the source weighted N / (N + n); no
         # instance rule (WindowedNorm2d's docstring)
         group_mu, group_s2 = pool_mu[-rows:], pool_s2[-rows:]
         mean, var = pooled_statistics(
@@ -327,8 +359,9 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
     included; LISC's cosine similarity of instance means, :mod:`~dyntta.norm.neighbours`), mixed
     with the source at Schneider et al.'s weight ``N / (N + n)`` (NeurIPS 2020, Eq. 3). While
     ``domain_rows`` is r > 0, the pool's last r rows (as many as it holds) are one group of n
-    instead, the source weighted ``N / (N + n)`` (:func:`pooled_statistics`); the window records
-    the batch either way.
+    instead, the source weighted ``N / (N + n)`` (:func:`pooled_statistics`), its pull bounded by
+    the members' spread in a layer with the instance rule (:func:`one_domain_statistics`); the
+    window records the batch either way.
     The buffer ``candidates``, None or (B, K) indices into the pool that its owner sets before a
     batch (not saved), narrows each sample's search to its K candidate rows.
 

@@ -22,6 +22,23 @@ def size_weight(sizes: torch.Tensor, strength: float) -> torch.Tensor:
     return strength / (strength + sizes)
 
 
+def bounded_mix(
+    source: torch.Tensor, target: torch.Tensor, weight: float | torch.Tensor,
+    bound: torch.Tensor,
+) -> torch.Tensor:
+    """``target`` pulled towards ``source`` by ``weight`` times their difference, clipped at
+    ``bound``: ``target - weight * clamp(target - source, -bound, bound)``. A prior whose pull
+    never exceeds ``weight`` times ``bound`` (e.g. the spread of the samples behind ``target``):
+    a statistic far from the source's moves by at most that, one near it as by
+    ``mix(source, target, weight)`` (Huber's clipping of an influence, Ann. Math. Statist. 1964).
+
+    Args:
+        source, target, bound: broadcasting tensors, ``bound`` >= 0.
+        weight: the source's weight in [0, 1].
+    """
+    return target - weight * torch.clamp(target - source, -bound, bound)
+
+
 def label_balance_weight(
     classes: torch.Tensor, num_classes: int, balanced: float, power: float
 ) -> float:
