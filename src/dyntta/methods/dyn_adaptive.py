@@ -29,7 +29,10 @@ Each batch, the images' spectra say how the layers group it (:meth:`DYNAdaptive.
   images, :func:`~dyntta.norm.spectrum.domain_shift`; or a batch of 16 to 31 alone, at the
   stricter threshold of fewer images): those images are one group in the neighbourhood layers,
   the pooling layers' filter judges against them, and no layer applies the instance rule (within
-  one domain a sample's statistics leave the group's by its content, not its domain);
+  one domain a sample's statistics leave the group's by its content, not its domain); in the
+  first stage the source pulls the group's statistics by at most the size weight times their
+  members' spread (:func:`~dyntta.norm.adaptive.one_domain_statistics`: a low-contrast domain
+  keeps its own variance);
 - **mixed**: the neighbourhood search above; the pooling layers' filter judges against the batch
   topped up to ``window``, and each sample's group there is the ``window`` kept rows whose
   spectra are nearest its own.
@@ -95,7 +98,8 @@ class DYNAdaptiveConfig:
 
     neighbours: n >= 1 nearest samples behind each sample's statistics in the neighbourhood
         layers (of its ``MIN_IMAGES`` spectral candidates); 8.
-    prior_strength: N > 0: those layers weight the source ``N / (N + n)``; 16, or what
+    prior_strength: N > 0: those layers weight the source ``N / (N + n)`` (in the first stage,
+        on a group of one domain, its pull bounded by the members' spread); 16, or what
         :func:`~dyntta.methods.source_weights.calibrate_source_weights` reads for the model
         on clean images of its domain.
     instance_k, instance_spread: the instance rule's band, ``max(k, c * sqrt(rho))`` standard
