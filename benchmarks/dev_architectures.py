@@ -46,6 +46,7 @@ from dyntta.atomic import atomic_path
 from dyntta.bench.train import train_classifier
 from dyntta.data.datasets import to_tensor
 from dyntta.models import Normalized
+from dyntta.models.checkpoint import save_atomic
 from dyntta.models.cli import ROWS
 
 
@@ -318,8 +319,7 @@ def train_and_save(args: argparse.Namespace) -> None:
         net = FACTORIES[name]().net
         model = train_classifier(x[train], y[train], net, epochs=args.epochs,
                                  lr=0.05, crop_pad=4, seed=0)
-        with atomic_path(out / f"{name}.pt") as tmp:
-            torch.save(model.state_dict(), tmp)
+        save_atomic(model.state_dict(), out / f"{name}.pt")
         print(f"{name}: clean accuracy on the test half "
               f"{100 * accuracy(model, x[test], y[test]):.2f}%", flush=True)
 

@@ -59,6 +59,17 @@ def test_a_checkpoint_refreshed_on_the_even_rows(folder):
         assert not torch.allclose(written(x), tiny_resnet()(x))  # not the source model
 
 
+@pytest.mark.parametrize("model", [[], ["--model", "usermodels:tiny"]], ids=["dyntta", "factory"])
+def test_the_same_refresh_writes_the_same_bytes(folder, model):
+    """The file's sha256 names the model in every record that runs it: two runs of one command
+    write one file, byte for byte (nothing of the temporary file's name inside)."""
+    checkpoint = "state.pt" if model else "tiny.pt"
+    for out in ("first.pt", "second.pt"):
+        assert main(["refresh", "clean.npz", *model, "--checkpoint", checkpoint,
+                     "--out", out]) == 0
+    assert Path("first.pt").read_bytes() == Path("second.pt").read_bytes()
+
+
 def test_images_takes_the_seeds_random_draw_of_the_rows(folder):
     for seed in (0, 1):
         assert main(["refresh", "clean.npz", "--checkpoint", "tiny.pt", "--rows", "odd",

@@ -15,6 +15,7 @@ Two formats are read:
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from dyntta.atomic import atomic_path
+from dyntta.atomic import write_atomic
 from dyntta.models.mlperf_resnet import infer_mlperf_resnet_spec, is_mlperf_resnet_layout
 from dyntta.models.normalized import Normalized
 from dyntta.models.resnet import ResNetSpec
@@ -329,5 +330,13 @@ def save_checkpoint(
         "classes": list(classes or []),
         "state_dict": model.net.state_dict(),
     }
-    with atomic_path(path) as tmp:
-        torch.save(blob, tmp)
+    save_atomic(blob, path)
+
+
+def save_atomic(obj: Any, path: str | os.PathLike) -> None:
+    """``torch.save(obj, path)``, atomically and byte for byte the same for the same ``obj``:
+    through a buffer, so the archive inside is named ``archive``, not after the temporary file
+    (whose random name would change the file's sha256, and with it the records' provenance)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    write_atomic(path, buffer.getvalue())

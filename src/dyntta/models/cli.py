@@ -66,9 +66,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from dyntta.atomic import atomic_path, check_writable
+    from dyntta.atomic import check_writable
     from dyntta.data.datasets import to_tensor
     from dyntta.models import refresh_statistics, save_checkpoint, statistics_hits
+    from dyntta.models.checkpoint import save_atomic
     from dyntta.models.factory import load_model
 
     if args.out is None and not args.check:
@@ -85,8 +86,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     refresh_statistics(model, to_tensor(images), args.batch_size)
     if args.model:
-        with atomic_path(args.out) as tmp:
-            torch.save(model.state_dict(), tmp)
+        save_atomic(model.state_dict(), args.out)
     else:
         save_checkpoint(model, args.out)
     print(f"{args.out}: BN statistics of {len(images)} images ({args.rows} rows of {args.images})")
