@@ -140,7 +140,7 @@ def one_domain_statistics(
     ``N / (N + n)`` times its difference from it, but by at most that weight times the standard
     deviation of the members' instance means (for ``m``) or variances (for ``v``)
     (:func:`~dyntta.norm.mixing.bounded_mix`). Where the domain moved the statistics further
-    than its samples spread (low contrast, a colour cast), the group keeps its own; near the
+    than its samples spread (the digits' low contrast), the group keeps its own; near the
     source it is mixed as by :func:`pooled_statistics`.
 
     Args:
