@@ -145,6 +145,27 @@ def test_neighbourhood_layer_with_the_instance_rule_bounds_the_source_pull_on_on
     assert (got[0][far] - plain[0][0, far]).abs().min() > 1.0  # far: the group's own, nearly
 
 
+def test_one_domain_on_1x1_maps_mixes_as_without_the_instance_rule():
+    """A 1x1 map has no instance variances (all 0): as the instance rule, the bounded pull
+    skips it, and the group is mixed with the source at the size weight (a bound of 0 would
+    keep the source out of the variance whatever its weight)."""
+    bn = source_bn().double()
+    x = mixed_batch(b=10).mean((2, 3), keepdim=True)
+    bn.running_var.copy_(x.var((0, 2, 3)) * 20)  # the source far from the group
+    rows = 7
+    mu, a = x[-rows:, :, 0, 0], 4.0 / (4.0 + rows)  # the group's pixels: its instance means
+    plain = (a * bn.running_mean + (1 - a) * mu.mean(0),
+             a * bn.running_var + (1 - a) * mu.var(0, unbiased=False))
+    for instance in (None, (8.0, 2.5)):
+        layer = NeighbourhoodNorm2d(bn, window=16, neighbours=3, prior_strength=4.0,
+                                    instance=instance).double()
+        layer(x[:6])
+        layer.domain_rows.fill_(rows)
+        got = layer.statistics(x[6:])
+        torch.testing.assert_close(got[0], plain[0])
+        torch.testing.assert_close(got[1], plain[1])
+
+
 @given(st.floats(-5, 5), st.floats(-5, 5), st.floats(0, 1), st.floats(0, 3))
 def test_bounded_mix_moves_by_at_most_weight_times_bound(source, target, weight, bound):
     """It moves ``target`` towards ``source`` (never past it), by ``weight`` times their

@@ -192,7 +192,8 @@ def _neighbourhood_operator(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     pool_mu, pool_s2 = pool_of(mu, s2, window_mean, window_var, n_window)
     rows = int(domain_rows)
-    if rows and k is not None:  # one group; the pull bounded (NeighbourhoodNorm2d's docstring)
+    if rows and k is not None and length > 1:  # one group; the pull bounded
+        # (NeighbourhoodNorm2d's docstring; a 1x1 map has no instance variances to bound by)
         mean, var = one_domain_statistics(pool_mu[-rows:], pool_s2[-rows:], running_mean,
                                           running_var, prior_strength)
     elif rows:  # the pool's last rows as one group of n, the source weighted N / (N + n); no
@@ -360,8 +361,9 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
     with the source at Schneider et al.'s weight ``N / (N + n)`` (NeurIPS 2020, Eq. 3). While
     ``domain_rows`` is r > 0, the pool's last r rows (as many as it holds) are one group of n
     instead, the source weighted ``N / (N + n)`` (:func:`pooled_statistics`), its pull bounded by
-    the members' spread in a layer with the instance rule (:func:`one_domain_statistics`); the
-    window records the batch either way.
+    the members' spread in a layer with the instance rule (:func:`one_domain_statistics`; as that
+    rule, not on 1x1 maps, whose instance variances are 0); the window records the batch either
+    way.
     The buffer ``candidates``, None or (B, K) indices into the pool that its owner sets before a
     batch (not saved), narrows each sample's search to its K candidate rows.
 
