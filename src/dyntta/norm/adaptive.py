@@ -76,9 +76,9 @@ def source_mixed(
     eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A group's ``mean``/``var`` mixed with the source's at ``weight``, then, unless ``k`` is
-    None or the map is 1x1, through :func:`widened_instance_rule` with ``(k, c)``."""
+    None, through :func:`widened_instance_rule` with ``(k, c)`` over ``length`` > 1 positions."""
     mean, var = mix(running_mean, mean, weight), mix(running_var, var, weight)
-    if k is not None and length > 1:
+    if k is not None:
         mean, var = widened_instance_rule(mu, s2, mean, var, spread, length, k, c, eps)
     return mean, var
 
@@ -176,11 +176,10 @@ def next_window(pool_mu: torch.Tensor, pool_s2: torch.Tensor, window: int, n_win
     return pool_mu.detach()[-window:].clone(), pool_s2.detach()[-window:].clone()
 
 
-def pooled_per_sample(candidates: torch.Tensor | None, k: float | None, length: int) -> bool:
+def pooled_per_sample(candidates: torch.Tensor | None, k: float | None) -> bool:
     """Whether :class:`PooledNorm2d`'s traced operator gives (B, C) statistics rather than (C,):
-    each sample has its own group (``candidates``), or the instance rule may apply (maps larger
-    than 1x1)."""
-    return candidates is not None or (k is not None and length > 1)
+    each sample has its own group (``candidates``), or the instance rule may apply (``k``)."""
+    return candidates is not None or k is not None
 
 
 def _neighbourhood_operator(
@@ -192,8 +191,7 @@ def _neighbourhood_operator(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     pool_mu, pool_s2 = pool_of(mu, s2, window_mean, window_var, n_window)
     rows = int(domain_rows)
-    if rows and k is not None and length > 1:  # one group; the pull bounded
-        # (NeighbourhoodNorm2d's docstring; a 1x1 map has no instance variances to bound by)
+    if rows and k is not None:  # one group; the pull bounded (NeighbourhoodNorm2d's docstring)
         mean, var = one_domain_statistics(pool_mu[-rows:], pool_s2[-rows:], running_mean,
                                           running_var, prior_strength)
     elif rows:  # the pool's last rows as one group of n, the source weighted N / (N + n); no
@@ -272,8 +270,7 @@ def traced(name: str, operator: Callable, per_sample: Callable[..., bool]):
 traced_neighbourhood = traced("dyntta::neighbourhood_statistics", _neighbourhood_operator,
                               lambda **_arguments: True)
 traced_pooled = traced("dyntta::pooled_statistics", _pooled_operator,
-                       lambda candidates, k, length, **_arguments:
-                       pooled_per_sample(candidates, k, length))
+                       lambda candidates, k, **_arguments: pooled_per_sample(candidates, k))
 
 
 class WindowedNorm2d(SourceNorm2d):
@@ -347,9 +344,11 @@ class WindowedNorm2d(SourceNorm2d):
             self.window_mean, self.window_var = window_mean, window_var
         return mean, var
 
-    def rule(self) -> tuple[float | None, float]:
-        """``(k, c)`` of the instance rule; ``(None, 0.0)`` without it."""
-        return self.instance if self.instance is not None else (None, 0.0)
+    def rule(self, length: int) -> tuple[float | None, float]:
+        """``(k, c)`` of the instance rule on maps of ``length`` positions; ``(None, 0.0)``
+        without it or on a 1x1 map, whose instance variances are 0 (no rule, no bound by them).
+        """
+        return self.instance if self.instance is not None and length > 1 else (None, 0.0)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, window={self.window}, instance={self.instance}"
@@ -388,7 +387,7 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
 
     def arguments(self, mu, n_window, length):
         return (self.domain_rows, self.running_mean, self.running_var, self.neighbours,
-                self.candidates, self.prior_strength, length, *self.rule(), self.eps)
+                self.candidates, self.prior_strength, length, *self.rule(length), self.eps)
 
 
 class PooledNorm2d(WindowedNorm2d):
@@ -436,7 +435,7 @@ class PooledNorm2d(WindowedNorm2d):
             raise ValueError(f"pool_weight has {weight.shape[0]} rows; the pool of this batch "
                              f"has {rows} (its owner set it for another batch)")
         return (self.domain_rows, weight, self.candidates, self.running_mean, self.running_var,
-                self.source_weight, length, *self.rule(), self.eps)
+                self.source_weight, length, *self.rule(length), self.eps)
 
 
 class PerCall(nn.Module):
