@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dyntta.norm.adaptive import (
-    NeighbourhoodNorm2d, PooledNorm2d, traced_neighbourhood, traced_pooled, widened_instance_rule)
+    NeighbourhoodNorm2d, PooledNorm2d, offset_channels, traced_neighbourhood, traced_pooled,
+    widened_instance_rule)
 from dyntta.norm.layers import normalize
 from dyntta.norm.mixing import bounded_mix, label_balance_weight, size_weight
 from dyntta.norm.stats import spread_ratio
@@ -166,6 +167,50 @@ def test_one_domain_on_1x1_maps_mixes_as_without_the_instance_rule():
         torch.testing.assert_close(got[1], plain[1])
 
 
+@pytest.mark.parametrize("n", [2, 16, 32])
+def test_offset_channels_is_a_chi_square_test_of_the_between_within_ratio(n):
+    """A channel is flagged where the group's variance of instance means over its mean instance
+    variance exceeds the source's ratio times chi2(1 - 0.05 / C, n - 1) / (n - 1), written out
+    with SciPy; on either side of that bar by 1%."""
+    from scipy.stats import chi2
+
+    g = torch.Generator().manual_seed(n)
+    mu, s2 = torch.randn(n, 8, generator=g, dtype=torch.float64), \
+        torch.rand(n, 8, generator=g, dtype=torch.float64) + 0.5
+    ratio = mu.var(0, unbiased=False) / s2.mean(0)
+    bar = chi2.ppf(1 - 0.05 / 8, n - 1) / (n - 1)
+    above = torch.arange(8) % 2 == 0
+    source = ratio / bar * torch.where(above, 1 / 1.01, 1.01)
+    assert torch.equal(offset_channels(mu, s2, source), above)
+
+
+def test_one_domain_channels_spread_beyond_the_source_take_each_sample_s_own_mean():
+    """With the source's between/within ratio set, a layer with the instance rule gives each
+    sample, in the channels :func:`offset_channels` flags, NOTE's rule on its mean around the
+    group's bounded mean (k standard errors of the bounded variance), and elsewhere the bounded
+    statistics as without the ratio; the variance is the bounded one everywhere."""
+    bn = source_bn().double()
+    x = mixed_batch(b=10)
+    rows = 7
+    group = x[10 - rows :]
+    mu, s2 = group.mean((2, 3)), group.var((2, 3))
+    layer = NeighbourhoodNorm2d(bn, window=16, neighbours=3, prior_strength=4.0,
+                                instance=(0.5, 2.5)).double()  # a narrow band: means differ
+    layer(x[:6])
+    layer.domain_rows.fill_(rows)
+    plain = layer.statistics(x[6:])  # the bounded statistics, one row
+    layer.window_mean, layer.window_var = layer.window_mean[:6], layer.window_var[:6]
+    ratio = mu.var(0, unbiased=False) / s2.mean(0)
+    layer.source_ratio = ratio * torch.where(torch.arange(6) < 3, 0.01, 100.0)  # 3 flagged
+    got = layer.statistics(x[6:])
+    assert got[0].shape == got[1].shape == (4, 6)
+    torch.testing.assert_close(got[1], plain[1].expand(4, -1))
+    torch.testing.assert_close(got[0][:, 3:], plain[0][3:].expand(4, -1))
+    own, _ = iabn_reference(mu[-4:], s2[-4:], plain[0], plain[1], 5 * 4, 0.5, bn.eps)
+    torch.testing.assert_close(got[0][:, :3], own[:, :3])
+    assert not torch.allclose(got[0][:, :3], plain[0][:3].expand(4, -1))
+
+
 @given(st.floats(-5, 5), st.floats(-5, 5), st.floats(0, 1), st.floats(0, 3))
 def test_bounded_mix_moves_by_at_most_weight_times_bound(source, target, weight, bound):
     """It moves ``target`` towards ``source`` (never past it), by ``weight`` times their
@@ -243,10 +288,12 @@ def test_a_batch_of_one_domain_is_normalised_as_its_folded_rows_bit_for_bit(make
 @pytest.mark.parametrize("rows", [0, 7])
 @pytest.mark.parametrize("k", [None, 8.0])
 @pytest.mark.parametrize("candidates", [None, [[0, 2, 5], [1, 3, 6], [4, 5, 6], [0, 3, 6]]])
-def test_each_operator_s_fake_gives_the_shapes_it_returns(rows, k, candidates):
+@pytest.mark.parametrize("ratio", [None, 0.01])
+def test_each_operator_s_fake_gives_the_shapes_it_returns(rows, k, candidates, ratio):
     """``torch.library.opcheck``: each layer operator's registered fake (what a compiled graph
     plans with) gives its outputs' shapes and types, on and off one domain, with and without
-    the instance rule and candidates (4 samples, 3 remembered of a window of 8, 6 channels)."""
+    the instance rule, candidates and the source's between/within ratio (4 samples, 3
+    remembered of a window of 8, 6 channels)."""
     g = torch.Generator().manual_seed(0)
     mu, s2 = torch.randn(4, 6, generator=g), torch.rand(4, 6, generator=g)
     window_mean, window_var = torch.randn(5, 6, generator=g), torch.rand(5, 6, generator=g)
@@ -254,7 +301,8 @@ def test_each_operator_s_fake_gives_the_shapes_it_returns(rows, k, candidates):
     head = (mu, s2, window_mean, window_var, 3, 8, torch.tensor(rows))
     candidates = None if candidates is None else torch.tensor(candidates)
     torch.library.opcheck(traced_neighbourhood, (
-        *head, *source, 2, candidates, 16.0, 16, k, 2.5, 1e-5))
+        *head, *source, 2, candidates, 16.0, 16, k, 2.5, 1e-5,
+        None if ratio is None else torch.full((6,), ratio)))
     torch.library.opcheck(traced_pooled, (
         *head, torch.ones(7), candidates, *source, torch.tensor(0.3), 16, k, 2.5, 1e-5))
 

@@ -27,7 +27,8 @@ from dyntta.norm.layers import SourceNorm2d, compiled_here, mix
 from dyntta.norm.mixing import bounded_mix, size_weight
 from dyntta.norm.neighbours import nearest_neighbours
 from dyntta.norm.stats import (
-    instance_stats, neighbourhood_stats, shrink_to_reference, spread_ratio, weighted_stats)
+    instance_stats, neighbourhood_stats, shrink_to_reference, soft_shrink, spread_ratio,
+    weighted_stats)
 from dyntta.norm.window_match import WindowMatch
 
 
@@ -157,6 +158,58 @@ def one_domain_statistics(
     return mean, var
 
 
+OFFSET_LEVEL = 0.05
+"""The level of :func:`offset_channels`' test for a layer (Bonferroni over its channels)."""
+
+
+@functools.lru_cache(maxsize=256)
+def chi_square_quantile(probability: float, degrees: int) -> float:
+    """The chi-square distribution's quantile (SciPy, imported on use: slow to import)."""
+    from scipy.stats import chi2
+
+    return float(chi2.ppf(probability, degrees))
+
+
+def between_within(mu: torch.Tensor, s2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Of n images' (n, C) instance means and variances: per channel, the variance of the
+    means between the images (biased, over n) and the mean variance within them."""
+    return mu.var(0, unbiased=False), s2.mean(0)
+
+
+def offset_channels(group_mu: torch.Tensor, group_s2: torch.Tensor,
+                    source_ratio: torch.Tensor) -> torch.Tensor:
+    """(C,) bool: the channels in which a group of n images of one domain spreads its instance
+    means further apart, against the spread within its images, than the source does.
+
+    Per channel, the group's ratio of the between- to the within-image variance
+    (:func:`between_within`) over the source's ``source_ratio`` (read on clean images) is
+    tested against the chi-square quantile of a variance of n normal means,
+    ``chi2(1 - OFFSET_LEVEL / C, n - 1) / (n - 1)``: 5% for the layer, Bonferroni over its C
+    channels. Low contrast, for one, shrinks the spread within each image and not that of the
+    images' means, and a group's statistics then leave each image offset by its own mean.
+
+    Args:
+        group_mu, group_s2: (n, C) the members' instance means and variances, n >= 2.
+        source_ratio: (C,) the source's ratio.
+    """
+    n, channels = group_mu.shape
+    between, within = between_within(group_mu, group_s2)
+    ratio = between / within.clamp_min(torch.finfo(within.dtype).tiny)
+    bar = chi_square_quantile(1.0 - OFFSET_LEVEL / channels, n - 1) / (n - 1)
+    return ratio > source_ratio * bar
+
+
+def own_offsets(mu: torch.Tensor, mean: torch.Tensor, var: torch.Tensor,
+                flagged: torch.Tensor, length: int, k: float, eps: float
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per sample, in the ``flagged`` channels, NOTE's instance-aware rule on the mean
+    (:func:`~dyntta.norm.stats.shrink_to_reference`'s, ``k`` standard errors of ``var`` over
+    ``length`` positions) around the group's (C,) ``mean``; elsewhere ``mean``. Returns the
+    (B, C) means and ``var`` given to every sample."""
+    own = mean + soft_shrink(mu - mean, k * torch.sqrt((var + eps) / length))
+    return torch.where(flagged, own, mean.expand_as(mu)), var.expand_as(mu).contiguous()
+
+
 def pool_of(mu: torch.Tensor, s2: torch.Tensor, window_mean: torch.Tensor | None,
             window_var: torch.Tensor | None, n_window: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch's (B, C) instance statistics after the last ``n_window`` remembered ones."""
@@ -187,13 +240,17 @@ def _neighbourhood_operator(
     window_var: torch.Tensor | None, n_window: int, window: int, domain_rows: torch.Tensor,
     running_mean: torch.Tensor, running_var: torch.Tensor, neighbours: int,
     candidates: torch.Tensor | None, prior_strength: float, length: int, k: float | None,
-    c: float, eps: float,
+    c: float, eps: float, source_ratio: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     pool_mu, pool_s2 = pool_of(mu, s2, window_mean, window_var, n_window)
     rows = int(domain_rows)
     if rows and k is not None:  # one group; the pull bounded (NeighbourhoodNorm2d's docstring)
-        mean, var = one_domain_statistics(pool_mu[-rows:], pool_s2[-rows:], running_mean,
-                                          running_var, prior_strength)
+        group_mu, group_s2 = pool_mu[-rows:], pool_s2[-rows:]
+        mean, var = one_domain_statistics(group_mu, group_s2, running_mean, running_var,
+                                          prior_strength)
+        if source_ratio is not None and rows > 1:
+            flagged = offset_channels(group_mu, group_s2, source_ratio)
+            mean, var = own_offsets(mu, mean, var, flagged, length, k, eps)
     elif rows:  # the pool's last rows as one group of n, the source weighted N / (N + n); no
         # instance rule (WindowedNorm2d's docstring)
         group_mu, group_s2 = pool_mu[-rows:], pool_s2[-rows:]
@@ -364,7 +421,12 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
     rule, not on 1x1 maps, whose instance variances are 0); the window records the batch either
     way.
     The buffer ``candidates``, None or (B, K) indices into the pool that its owner sets before a
-    batch (not saved), narrows each sample's search to its K candidate rows.
+    batch (not saved), narrows each sample's search to its K candidate rows. The buffer
+    ``source_ratio``, None or the (C,) ratio of the between- to the within-image variance of the
+    source's clean images (its owner sets it; not saved by the layer): in a layer with the
+    instance rule, the channels in which a group of one domain spreads its images' means
+    further than that (:func:`offset_channels`) give each sample its own mean by that rule
+    (:func:`own_offsets`).
 
     Args:
         neighbours: n >= 1.
@@ -381,13 +443,15 @@ class NeighbourhoodNorm2d(WindowedNorm2d):
         self.neighbours = neighbours
         self.prior_strength = prior_strength
         self.register_buffer("candidates", None, persistent=False)
+        self.register_buffer("source_ratio", None, persistent=False)
 
     operator = staticmethod(_neighbourhood_operator)
     traced_operator = traced_neighbourhood
 
     def arguments(self, mu, n_window, length):
         return (self.domain_rows, self.running_mean, self.running_var, self.neighbours,
-                self.candidates, self.prior_strength, length, *self.rule(length), self.eps)
+                self.candidates, self.prior_strength, length, *self.rule(length), self.eps,
+                self.source_ratio)
 
 
 class PooledNorm2d(WindowedNorm2d):
