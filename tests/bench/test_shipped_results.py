@@ -27,7 +27,8 @@ from dyntta.bench.paper import (common_seed_runs, comparison, our_runs, publishe
 from dyntta.bench.report import batches, table
 from dyntta.bench.results import read_results
 from dyntta.bench.runner import run_cell, source_for
-from dyntta.bench.sources import SourceOptions, resolve_source, weights_fingerprint
+from dyntta.bench.sources import SourceOptions, resolve_source
+from dyntta.models.checkpoint import weights_fingerprint
 from dyntta.bench.stats import difference_interval
 
 ROOT = Path(__file__).resolve().parents[2]

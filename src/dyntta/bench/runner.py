@@ -45,6 +45,8 @@ from dyntta.bench.results import (
 )
 from dyntta.bench.sources import Source, SourceOptions, cache_root, resolve_source
 from dyntta.data import Stream, make_stream
+from dyntta.data.datasets import to_tensor
+from dyntta.methods.registry import method_class
 
 EVALUATION = "online: each batch predicted before the method adapts on it, one pass, never reset"
 METRIC = "top-1 accuracy"
@@ -139,7 +141,10 @@ def run_cell(cell: Cell, source: Source, device: str = "cpu", progress: bool = F
                          f"run was planned with ({dict(cell.source)}, rows {cell.rows}; here "
                          f"{dict(bound.source)}, rows {bound.rows})")
     torch.manual_seed(cell.seed)
-    method = dyntta.adapt(source.model, cell.method, compile=cell.compile_option, **dict(cell.options))
+    reads = method_class(cell.method).reads_reference and source.reference is not None
+    reference = {"reference": to_tensor(source.reference)} if reads else {}
+    method = dyntta.adapt(source.model, cell.method, compile=cell.compile_option, **reference,
+                          **dict(cell.options))
     method = method.to(dev)
     n_domains = len(stream.domains)
     correct = torch.zeros(n_domains, dtype=torch.long)
@@ -177,6 +182,7 @@ def run_cell(cell: Cell, source: Source, device: str = "cpu", progress: bool = F
         "seed": cell.seed,
         "checkpoint_sha256": source.checkpoint_sha256,
         "rows_fingerprint": bound.rows,
+        "reference_images": len(source.reference) if reads else 0,
         "wall_s": wall,
         "images_per_s": n / wall,
         "peak_memory_mb": peak_memory_mb(dev),

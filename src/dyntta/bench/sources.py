@@ -41,11 +41,13 @@ from dyntta.data import (
     default_cache_dir,
     load_corrupted,
     load_digits_c,
+    load_digits_split,
     load_npz,
 )
 from dyntta.data.corruptions import RECIPE_SIZES
 from dyntta.data.datasets import LABELS_FILE, check_images, check_labels, to_tensor
 from dyntta.models import statistics_hits
+from dyntta.models.checkpoint import weights_fingerprint
 from dyntta.models.factory import load_model
 from dyntta.models.refresh import statistics_gap
 
@@ -58,6 +60,10 @@ CLASSES = {"digits": 10, "cifar10-c": 10, "cifar100-c": 100}
 DIGITS_MODEL = "models/digits-resnet20.pt"
 """The embedded default's source model, in the package (``dyntta train --out ...`` with its
 defaults: ResNet-20, 15 epochs, seed 0; see the README for its sha256)."""
+
+REFERENCE_IMAGES = 4096
+"""The first clean images of an ``npz`` dataset that are its model's reference (``dyn_adaptive``
+reads its source ratios on them; :attr:`Source.reference`)."""
 
 STALE_CHECK_ROWS = 512
 """Clean images of an ``npz`` dataset on which the bench checks that the model's BN statistics
@@ -84,7 +90,10 @@ class Source:
     """A test set and the source model to adapt on it, with what identifies them: the model's
     name (its checkpoint file, factory or given name), its factory's import path, the sha256 of
     its checkpoint file and of the data file where there is one (``npz``), and a fingerprint of
-    the model's weights (:func:`weights_fingerprint`, computed here)."""
+    the model's weights (:func:`weights_fingerprint`, computed here). ``reference``: clean images
+    (n, H, W, 3) uint8 of the model's own domain, for the methods that read them: the digits'
+    training split for ``digits``, the first :data:`REFERENCE_IMAGES` clean images of an ``npz``
+    file (the test images before corruption), None for a corrupted set without its clean images."""
 
     name: str
     dataset: CorruptedDataset
@@ -93,6 +102,7 @@ class Source:
     checkpoint_sha256: str | None = None
     model_factory: str | None = None
     data_sha256: str | None = None
+    reference: np.ndarray | None = None
     weights_sha256: str = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
@@ -106,16 +116,6 @@ class Source:
         return (("checkpoint_sha256", self.checkpoint_sha256), ("data_sha256", self.data_sha256),
                 ("model", self.model_name), ("model_class", f"{kind.__module__}.{kind.__qualname__}"),
                 ("model_factory", self.model_factory), ("weights_sha256", self.weights_sha256))
-
-
-def weights_fingerprint(model: nn.Module) -> str:
-    """sha256 (16 hex digits) of ``model``'s state dict: every name, dtype, shape and value."""
-    digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        tensor = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
 
 
 def cache_root(options: SourceOptions) -> Path:
@@ -174,8 +174,10 @@ def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, mo
     ``quiet``: skip the checks whose only outcome is a warning (a worker process resolving a
     source the run's own process has already checked)."""
     what = f"dataset {entry.name!r} with model {identity['model_name']}"
+    clean = [load_digits_split()[0]] if entry.name == "digits" else []
 
     def check_clean(x: np.ndarray, y: np.ndarray, path: Path) -> None:
+        clean.append(x[:REFERENCE_IMAGES])
         check_labels(y, str(path), output_classes(model, x, what))  # before building the set
         if not quiet:
             warn_if_stale(model, x, y, what)
@@ -192,7 +194,8 @@ def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, mo
     if expected is None and used < classes and not quiet:
         warnings.warn(f"{what}: its labels use classes 0..{used - 1} of the model's {classes}; "
                       "check that they are the model's classes", stacklevel=2)
-    return Source(entry.name, dataset, model, data_sha256=data_sha256, **identity)
+    return Source(entry.name, dataset, model, data_sha256=data_sha256,
+                  reference=clean[0] if clean else None, **identity)
 
 
 def corrupted_images(

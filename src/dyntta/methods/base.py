@@ -60,6 +60,8 @@ class Method(CarriesState):
     Config: ClassVar[type] = NoConfig
     backward: ClassVar[bool] = False
     """Whether the method takes gradient steps (test-time fine-tuning) or not (normalisation)."""
+    reads_reference: ClassVar[bool] = False
+    """Whether the method reads clean images of the model's domain, given as ``reference=``."""
 
     def __init__(
         self,

@@ -66,6 +66,7 @@ from torch import nn
 from dyntta.methods.base import check_unit_interval
 from dyntta.methods.dyn import DYNConfig
 from dyntta.methods.normalization import NormalizationMethod
+from dyntta.methods.reference import reference_ratios
 from dyntta.methods.registry import register
 from dyntta.norm import ClassBalance, SourceBatchNorm2d, WindowMatch
 from dyntta.norm.adaptive import NeighbourhoodNorm2d, PerCall, PooledNorm2d, WindowedNorm2d
@@ -159,6 +160,17 @@ class DYNAdaptive(NormalizationMethod):
 
     name = "dyn_adaptive"
     Config = DYNAdaptiveConfig
+    reads_reference = True
+
+    def __init__(self, model: nn.Module, config: DYNAdaptiveConfig | None = None, *,
+                 reference: torch.Tensor | None = None, **options) -> None:
+        """``reference``: clean images (n, C, H, W) in [0, 1] of the model's own domain,
+        n >= ``MIN_IMAGES``, on which it reads the source's between/within ratios
+        (:attr:`source_ratios`); None: none read, the first stage's groups of one domain are
+        not tested against them. Other arguments: :class:`~dyntta.methods.base.Method`'s."""
+        # read before the base class saves the source state, which then holds them
+        self._source_ratios = {} if reference is None else reference_ratios(model, reference)
+        super().__init__(model, config, **options)
 
     def prepare(self, model: nn.Module) -> nn.Module:
         c = self.config
@@ -235,6 +247,23 @@ class DYNAdaptive(NormalizationMethod):
                     calls[0] if len(calls) == 1 else PerCall(calls))
         self._placeholders = []
         self._roles = (list(order), list(sizes))
+        self.source_ratios = self._source_ratios
+
+    @property
+    def source_ratios(self) -> dict[str, torch.Tensor]:
+        """The (C,) between/within ratios of the first stage's BN layers by name, read on the
+        reference images (:func:`~dyntta.methods.reference.source_ratios`; empty without
+        them), handed to those layers' test of groups of one domain
+        (:func:`~dyntta.norm.adaptive.offset_channels`). Part of the saved state."""
+        return self._source_ratios
+
+    @source_ratios.setter
+    def source_ratios(self, value: dict[str, torch.Tensor]) -> None:
+        self._source_ratios = dict(value)
+        for name, ratio in self._source_ratios.items():
+            for m in self.model.get_submodule(name).modules():
+                if isinstance(m, NeighbourhoodNorm2d):
+                    m.source_ratio = ratio.to(m.running_mean.device)
 
     @property
     def windows(self) -> dict[str, tuple[torch.Tensor | None, torch.Tensor | None]]:
@@ -251,7 +280,8 @@ class DYNAdaptive(NormalizationMethod):
 
     def state_names(self) -> tuple[str, ...]:
         # the roles before the windows: a fresh model's layers take their roles first
-        return (*super().state_names(), "_match", "_balance", "roles", "windows")
+        return (*super().state_names(), "_match", "_balance", "source_ratios", "roles",
+                "windows")
 
     def windows_steady(self, batch_size: int) -> bool:
         """Whether the window of every layer that runs and each filter memory already has the

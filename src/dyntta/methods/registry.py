@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 
 from dyntta.methods.base import CompileOption, Method, config_from_options
@@ -42,6 +43,7 @@ def adapt(
     *,
     validate: bool = True,
     compile: CompileOption = False,
+    reference: torch.Tensor | None = None,
     **options: Any,
 ) -> Method:
     """Wrap ``model`` in the test-time adaptation method ``method``.
@@ -53,6 +55,8 @@ def adapt(
             see :func:`~dyntta.methods.base.check_values`); ``False`` skips it.
         compile: ``True`` (or a dict of ``torch.compile`` arguments) compiles the adapted
             network; backward-free methods only (the others raise ``ValueError``).
+        reference: clean images (n, 3, H, W) in [0, 1] of the model's own domain, for the
+            methods that read them (``dyn_adaptive``: n >= 32; a few thousand) and only those.
         **options: fields of the method's ``Config`` dataclass (e.g. ``alpha=0.8``).
 
     Returns:
@@ -60,4 +64,10 @@ def adapt(
     """
     cls = method_class(method)
     config = config_from_options(cls.Config, options)
-    return cls(model, config, validate=validate, compile=compile)
+    if reference is None:
+        return cls(model, config, validate=validate, compile=compile)
+    if not cls.reads_reference:
+        readers = [name for name in available_methods() if method_class(name).reads_reference]
+        raise ValueError(f"method {method!r} reads no reference images (those that do: "
+                         f"{', '.join(readers)})")
+    return cls(model, config, validate=validate, compile=compile, reference=reference)

@@ -15,11 +15,12 @@ Two formats are read:
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -63,6 +64,21 @@ TORCHVISION_NAMES = ((r"^fc\.", "linear."), (r"\.downsample\.0\.", ".downsample.
 
 TTAB_NAMES = ((r"^classifier\.", "linear."),)
 """(TTAB ``ResNetCifar`` pattern, dyntta name): only the classifier's name differs."""
+
+
+def tensors_fingerprint(named: Iterable[tuple[str, torch.Tensor]]) -> str:
+    """sha256 (16 hex digits) of (name, tensor) pairs: every name, dtype, shape and value."""
+    digest = hashlib.sha256()
+    for name, tensor in named:
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def weights_fingerprint(model: nn.Module) -> str:
+    """:func:`tensors_fingerprint` of ``model``'s state dict."""
+    return tensors_fingerprint(model.state_dict().items())
 
 
 def strip_prefix(state: dict[str, torch.Tensor], prefix: str = "module.") -> dict:
