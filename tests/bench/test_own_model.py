@@ -16,6 +16,10 @@ import pytest
 import torch
 
 import dyntta.bench
+from dyntta.bench import sources
+from dyntta.bench.config import DatasetEntry
+from dyntta.bench.sources import SourceOptions, resolve_source
+from dyntta.data.digits import load_digits_split
 from dyntta.bench.results import read_results
 from dyntta.cli import main
 from dyntta.models import save_checkpoint
@@ -88,6 +92,24 @@ def test_factory_and_model_object_give_the_records_of_the_zoo_checkpoint(folder)
                                 "checkpoint": "state.pt"}]}
     run = dyntta.bench.run(grid_field, out="field", cache_dir="cache")
     assert outcome(run.records) == outcome(zoo_records)
+
+
+def test_the_reference_is_the_first_clean_images_of_the_npz_or_the_digits_training_split(
+        folder, monkeypatch):
+    """The clean images dyn_adaptive reads: an ``npz`` file's first ``REFERENCE_IMAGES``, none
+    below one group of 32; the digits' training split."""
+    x = np.random.default_rng(1).integers(0, 256, (40, 32, 32, 3), dtype=np.uint8)
+    np.savez(folder / "forty.npz", x=x, y=np.arange(40) % 3)
+    options = SourceOptions(cache_dir=str(folder / "cache"))
+    monkeypatch.setattr(sources, "REFERENCE_IMAGES", 36)
+    source = resolve_source(DatasetEntry("npz", path="forty.npz", checkpoint="tiny.pt"),
+                            options, progress=False)
+    assert np.array_equal(source.reference, x[:36])
+    few = resolve_source(DatasetEntry("npz", path="clean.npz", checkpoint="tiny.pt"), options,
+                         progress=False)
+    assert len(few.dataset.labels) == 24 and few.reference is None
+    digits = resolve_source(DatasetEntry("digits"), options, progress=False)
+    assert np.array_equal(digits.reference, load_digits_split()[0])
 
 
 def test_an_analysis_of_a_factorys_model_on_the_npz_a_bench_built(folder):

@@ -3,6 +3,7 @@ cell, worker-count invariance."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -17,6 +18,7 @@ from dyntta.bench.config import load_grid
 from dyntta.bench.results import append_record, drop_torn_tail, read_results, run_lock
 from dyntta.bench.runner import bind, run_cell, run_grid
 from dyntta.data import make_stream
+from dyntta.data.datasets import to_tensor
 from dyntta.models import save_checkpoint
 from tests.bench.helpers import GRID_TOML, tiny_source
 from tests.conftest import tiny_resnet
@@ -48,6 +50,24 @@ def test_record_accuracy_equals_an_independent_count(grid):
     assert record["peak_memory_mb"] > 0
     assert record["batch_n"] == [len(b.y) for b in stream]
     assert sum(record["batch_correct"]) == sum(map(sum, hits.values()))
+
+
+def test_dyn_adaptive_reads_the_source_s_clean_images_and_its_record_says_how_many(grid):
+    """Its record is that of the method adapted with the source's reference; other methods,
+    and a source without one, read none."""
+    cell = next(c for c in grid.cells() if c.method == "dyn" and c.scenario == "crossmix")
+    cell = dataclasses.replace(cell, method="dyn_adaptive")
+    source = tiny_source()
+    source.reference = np.random.default_rng(1).integers(0, 256, (40, 8, 8, 3), dtype=np.uint8)
+    record = run_cell(cell, source)
+    method = dyntta.adapt(source.model, "dyn_adaptive", reference=to_tensor(source.reference))
+    stream = make_stream(source.dataset, n_domains=3, scenario="crossmix", batch_size=16,
+                         seed=cell.seed)
+    assert record["batch_correct"] == [int((method(b.x).argmax(1) == b.y).sum()) for b in stream]
+    assert record["reference_images"] == 40 and method.source_ratios
+    assert run_cell(dataclasses.replace(cell, method="tbn"), source)["reference_images"] == 0
+    source.reference = None
+    assert run_cell(cell, source)["reference_images"] == 0
 
 
 def test_records_carry_their_provenance(grid):

@@ -49,6 +49,7 @@ from dyntta.data.datasets import LABELS_FILE, check_images, check_labels, to_ten
 from dyntta.models import statistics_hits
 from dyntta.models.checkpoint import weights_fingerprint
 from dyntta.models.factory import load_model
+from dyntta.norm.spectrum import MIN_IMAGES
 from dyntta.models.refresh import statistics_gap
 
 DATASETS = ("digits", "cifar10-c", "cifar100-c", "imagenet-c", "npz")
@@ -93,7 +94,8 @@ class Source:
     the model's weights (:func:`weights_fingerprint`, computed here). ``reference``: clean images
     (n, H, W, 3) uint8 of the model's own domain, for the methods that read them: the digits'
     training split for ``digits``, the first :data:`REFERENCE_IMAGES` clean images of an ``npz``
-    file (the test images before corruption), None for a corrupted set without its clean images."""
+    file (the test images before corruption); None for a corrupted set without its clean images
+    or with fewer than ``MIN_IMAGES`` (32, one group of ``dyn_adaptive``'s reading)."""
 
     name: str
     dataset: CorruptedDataset
@@ -194,8 +196,9 @@ def open_dataset(entry: DatasetEntry, options: SourceOptions, progress: bool, mo
     if expected is None and used < classes and not quiet:
         warnings.warn(f"{what}: its labels use classes 0..{used - 1} of the model's {classes}; "
                       "check that they are the model's classes", stacklevel=2)
-    return Source(entry.name, dataset, model, data_sha256=data_sha256,
-                  reference=clean[0] if clean else None, **identity)
+    reference = clean[0] if clean and len(clean[0]) >= MIN_IMAGES else None
+    return Source(entry.name, dataset, model, data_sha256=data_sha256, reference=reference,
+                  **identity)
 
 
 def corrupted_images(

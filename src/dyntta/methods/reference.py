@@ -39,9 +39,10 @@ def source_ratios(model: nn.Module, images: torch.Tensor, group: int = MIN_IMAGE
     Returns:
         The ratios by the BN modules' names in ``model``.
     """
-    if images.ndim != 4 or len(images) < group:
-        raise ValueError(f"images must be (n, C, H, W) with n >= {group} (one group), got "
-                         f"shape {tuple(images.shape)}")
+    if images.ndim != 4 or len(images) < group or not images.is_floating_point():
+        raise ValueError(f"reference images must be float (n, C, H, W) in [0, 1] with n >= "
+                         f"{group} (one group), got {images.dtype} of shape "
+                         f"{tuple(images.shape)}")
     names = {m: name for name, m in model.named_modules() if isinstance(m, nn.BatchNorm2d)}
     sums: dict[str, list[torch.Tensor]] = {}
     sizes: dict[str, int] = {}
