@@ -516,15 +516,28 @@ def test_pooling_layers_judge_their_window_against_the_images_judged_one_domain(
     assert method._match.pool == 64 and method._match.blocks == 0  # image by image
 
 
-def test_compiled_network_follows_the_one_domain_test():
+@pytest.mark.parametrize("offsets", [False, True])
+def test_compiled_network_follows_the_one_domain_test(offsets):
+    """Also with source ratios so low that the first stage's groups of one domain give every
+    sample its own mean in every channel (at a band of 0 standard errors: its own mean; which
+    moves the logits)."""
     torch._dynamo.reset()
     model = tiny_resnet()
-    eager = dyntta.adapt(model, "dyn_adaptive", shallow_window=0, deep_window=0)
-    compiled = dyntta.adapt(model, "dyn_adaptive", shallow_window=0, deep_window=0,
-                            compile={"backend": "eager"})
+    options = {"shallow_window": 0, "deep_window": 0, "instance_k": 0.0}
+    reference = {"reference": random_images(32, seed=9)} if offsets else {}
+    plain = dyntta.adapt(model, "dyn_adaptive", **options)
+    eager = dyntta.adapt(model, "dyn_adaptive", **options, **reference)
+    compiled = dyntta.adapt(model, "dyn_adaptive", **options, compile={"backend": "eager"},
+                            **reference)
+    for method in (eager, compiled):
+        method.source_ratios = {n: r * 1e-6 for n, r in method.source_ratios.items()}
+    moved = []
     with torch.no_grad():
         for x in one_domain_then_mixture(32) * 2:
-            torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)
+            logits = eager(x)
+            torch.testing.assert_close(compiled(x), logits, rtol=1e-5, atol=1e-5)
+            moved.append(not torch.allclose(plain(x), logits))
+    assert any(moved) == offsets
     torch._dynamo.reset()
 
 

@@ -32,7 +32,9 @@ Each batch, the images' spectra say how the layers group it (:meth:`DYNAdaptive.
   one domain a sample's statistics leave the group's by its content, not its domain); in the
   first stage the source pulls the group's statistics by at most the size weight times their
   members' spread (:func:`~dyntta.norm.adaptive.one_domain_statistics`: a low-contrast domain
-  keeps its own variance);
+  keeps its own variance), and, given clean ``reference`` images, the channels whose images spread
+  their means further apart than the source's (:attr:`DYNAdaptive.source_ratios`,
+  :func:`~dyntta.norm.adaptive.offset_channels`) give each image its own mean by NOTE's rule;
 - **mixed**: the neighbourhood search above; the pooling layers' filter judges against the batch
   topped up to ``window``, and each sample's group there is the ``window`` kept rows whose
   spectra are nearest its own.
