@@ -31,6 +31,11 @@ from dyntta.models import Normalized, build
 METHODS = {name: (name, {}) for name in ("source", "tbn", "alpha_bn", "dyn", "dyn_adaptive", "datta")}
 # the cost of dyn_adaptive's 256-sample shallow window
 METHODS["dyn_adaptive shallow64"] = ("dyn_adaptive", {"shallow_window": 64})
+# with clean reference images, as the bench runs it: the first stage tests each group of one
+# domain against the source's between/within ratios (64 noise images of their own, seeded)
+METHODS["dyn_adaptive reference"] = (
+    "dyn_adaptive", {"reference": torch.rand(64, 3, 32, 32,
+                                             generator=torch.Generator().manual_seed(1))})
 
 
 def inputs(batch: int, batches: int, mixed: bool) -> list[torch.Tensor]:
@@ -49,8 +54,9 @@ def adapted(arch: str, labels: list[str], device: str = "cpu") -> dict[str, torc
     ``labels`` (keys of :data:`METHODS`)."""
     torch.manual_seed(0)
     model = Normalized(build(arch), (0.5,) * 3, (0.25,) * 3).eval().to(device)
-    return {label: dyntta.adapt(model, METHODS[label][0], **METHODS[label][1])
-            for label in labels}
+    return {label: dyntta.adapt(model, METHODS[label][0], **{
+        name: value.to(device) if isinstance(value, torch.Tensor) else value
+        for name, value in METHODS[label][1].items()}) for label in labels}
 
 
 def time_methods(arch: str, batch: int, repeats: int, warmup: int, clock, batches: int,
