@@ -111,6 +111,7 @@ def test_without_the_reference_no_layer_tests_its_groups_against_the_source():
     (torch.rand(31, 3, 8, 8), r"n >= 32"),
     (torch.rand(32, 8, 8), r"\(n, C, H, W\)"),
     ((torch.rand(32, 3, 8, 8) * 255).to(torch.uint8), r"float"),
+    (torch.rand(32, 3, 8, 8) * 255, r"^reference images: input values must lie in \[0, 1\]"),
 ])
 def test_bad_reference_images_are_one_clear_error(images, message):
     with pytest.raises(ValueError, match=message):

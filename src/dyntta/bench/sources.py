@@ -49,8 +49,8 @@ from dyntta.data.datasets import LABELS_FILE, check_images, check_labels, to_ten
 from dyntta.models import statistics_hits
 from dyntta.models.checkpoint import weights_fingerprint
 from dyntta.models.factory import load_model
-from dyntta.norm.spectrum import MIN_IMAGES
 from dyntta.models.refresh import statistics_gap
+from dyntta.norm.spectrum import MIN_IMAGES
 
 DATASETS = ("digits", "cifar10-c", "cifar100-c", "imagenet-c", "npz")
 DEFAULT_FOLDERS = {"cifar10-c": "CIFAR-10-C", "cifar100-c": "CIFAR-100-C", "imagenet-c": "ImageNet-C"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dyntta.methods.base import check_values
 from dyntta.models.checkpoint import tensors_fingerprint, weights_fingerprint
 from dyntta.norm.adaptive import between_within
 from dyntta.norm.spectrum import MIN_IMAGES
@@ -43,6 +44,10 @@ def source_ratios(model: nn.Module, images: torch.Tensor, group: int = MIN_IMAGE
         raise ValueError(f"reference images must be float (n, C, H, W) in [0, 1] with n >= "
                          f"{group} (one group), got {images.dtype} of shape "
                          f"{tuple(images.shape)}")
+    try:
+        check_values(images)
+    except ValueError as error:
+        raise ValueError(f"reference images: {error}") from None
     names = {m: name for name, m in model.named_modules() if isinstance(m, nn.BatchNorm2d)}
     sums: dict[str, list[torch.Tensor]] = {}
     sizes: dict[str, int] = {}
