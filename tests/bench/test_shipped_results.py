@@ -28,8 +28,8 @@ from dyntta.bench.report import batches, table
 from dyntta.bench.results import read_results
 from dyntta.bench.runner import run_cell, source_for
 from dyntta.bench.sources import SourceOptions, resolve_source
-from dyntta.models.checkpoint import weights_fingerprint
 from dyntta.bench.stats import difference_interval
+from dyntta.models.checkpoint import weights_fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "RESULTS.md"

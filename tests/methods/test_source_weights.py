@@ -176,4 +176,3 @@ def test_bad_input_is_one_clear_error(images, labels, message):
 def test_an_unknown_option_is_refused():
     with pytest.raises(ValueError, match=r"unknown option\(s\) alpha; fields of DYNAdaptiveConfig"):
         calibrate_source_weights(tiny_resnet(), random_images(6), candidates={"alpha": (0.5,)})
-

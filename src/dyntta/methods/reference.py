@@ -9,7 +9,7 @@ from torch import nn
 
 from dyntta.methods.base import check_values
 from dyntta.models.checkpoint import tensors_fingerprint, weights_fingerprint
-from dyntta.norm.adaptive import between_within
+from dyntta.norm.adaptive import between_within, between_within_ratio
 from dyntta.norm.spectrum import MIN_IMAGES
 from dyntta.norm.stats import instance_stats
 
@@ -71,7 +71,7 @@ def source_ratios(model: nn.Module, images: torch.Tensor, group: int = MIN_IMAGE
             hook.remove()
         model.train(was_training)
     largest = max(sizes.values())
-    return {name: between / within.clamp_min(torch.finfo(within.dtype).tiny)
+    return {name: between_within_ratio(between, within)
             for name, (between, within) in sums.items() if sizes[name] == largest}
 
 

@@ -27,7 +27,7 @@ from dyntta.norm.layers import SourceNorm2d, compiled_here, mix
 from dyntta.norm.mixing import bounded_mix, size_weight
 from dyntta.norm.neighbours import nearest_neighbours
 from dyntta.norm.stats import (
-    instance_stats, neighbourhood_stats, shrink_to_reference, soft_shrink, spread_ratio,
+    instance_stats, neighbourhood_stats, shrink_mean, shrink_to_reference, spread_ratio,
     weighted_stats)
 from dyntta.norm.window_match import WindowMatch
 
@@ -176,6 +176,12 @@ def between_within(mu: torch.Tensor, s2: torch.Tensor) -> tuple[torch.Tensor, to
     return mu.var(0, unbiased=False), s2.mean(0)
 
 
+def between_within_ratio(between: torch.Tensor, within: torch.Tensor) -> torch.Tensor:
+    """``between / within`` (:func:`between_within`'s parts), a within of 0 read as the
+    smallest positive value."""
+    return between / within.clamp_min(torch.finfo(within.dtype).tiny)
+
+
 def offset_channels(group_mu: torch.Tensor, group_s2: torch.Tensor,
                     source_ratio: torch.Tensor) -> torch.Tensor:
     """(C,) bool: the channels in which a group of n images of one domain spreads its instance
@@ -193,8 +199,7 @@ def offset_channels(group_mu: torch.Tensor, group_s2: torch.Tensor,
         source_ratio: (C,) the source's ratio.
     """
     n, channels = group_mu.shape
-    between, within = between_within(group_mu, group_s2)
-    ratio = between / within.clamp_min(torch.finfo(within.dtype).tiny)
+    ratio = between_within_ratio(*between_within(group_mu, group_s2))
     bar = chi_square_quantile(1.0 - OFFSET_LEVEL / channels, n - 1) / (n - 1)
     return ratio > source_ratio * bar
 
@@ -203,10 +208,10 @@ def own_offsets(mu: torch.Tensor, mean: torch.Tensor, var: torch.Tensor,
                 flagged: torch.Tensor, length: int, k: float, eps: float
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per sample, in the ``flagged`` channels, NOTE's instance-aware rule on the mean
-    (:func:`~dyntta.norm.stats.shrink_to_reference`'s, ``k`` standard errors of ``var`` over
-    ``length`` positions) around the group's (C,) ``mean``; elsewhere ``mean``. Returns the
-    (B, C) means and ``var`` given to every sample."""
-    own = mean + soft_shrink(mu - mean, k * torch.sqrt((var + eps) / length))
+    (:func:`~dyntta.norm.stats.shrink_mean`, ``k`` standard errors of ``var`` over ``length``
+    positions) around the group's (C,) ``mean``; elsewhere ``mean``. Returns the (B, C) means
+    and ``var`` given to every sample."""
+    own = shrink_mean(mu, mean, var, length, k, eps)
     return torch.where(flagged, own, mean.expand_as(mu)), var.expand_as(mu).contiguous()
 
 

@@ -180,9 +180,14 @@ def shrink_to_reference(
     Returns:
         ``(mean', var')``, each (B, C).
     """
-    spread = ref_var + eps
-    se_mean = torch.sqrt(spread / length)
-    se_var = spread * math.sqrt(2.0 / (length - 1))
-    mean = ref_mean + soft_shrink(mean - ref_mean, k * se_mean)
+    se_var = (ref_var + eps) * math.sqrt(2.0 / (length - 1))
+    mean = shrink_mean(mean, ref_mean, ref_var, length, k, eps)
     var = torch.relu(ref_var + soft_shrink(var - ref_var, k * se_var))
     return mean, var
+
+
+def shrink_mean(mean: torch.Tensor, ref_mean: torch.Tensor, ref_var: torch.Tensor, length: int,
+                k: float | torch.Tensor, eps: float) -> torch.Tensor:
+    """The mean of :func:`shrink_to_reference`:
+    ``ref_mean + softshrink(mean - ref_mean, k * sqrt((ref_var + eps) / L))``."""
+    return ref_mean + soft_shrink(mean - ref_mean, k * torch.sqrt((ref_var + eps) / length))
